@@ -1,0 +1,21 @@
+# Runtime shared by every config of this project.
+# Importing mmseg_whitebox applies its compatibility layer and registers the
+# white-box modules, also when mmseg's own tools or Python APIs load a config.
+custom_imports = dict(imports=['mmseg_whitebox'], allow_failed_imports=False)
+default_scope = 'mmseg'
+env_cfg = dict(
+    cudnn_benchmark=True,
+    mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
+    dist_cfg=dict(backend='nccl'),
+)
+vis_backends = [dict(type='LocalVisBackend')]
+visualizer = dict(
+    type='SegLocalVisualizer', vis_backends=vis_backends, name='visualizer')
+log_processor = dict(by_epoch=False)
+log_level = 'INFO'
+load_from = None
+resume = False
+# Checkpoints store their training state as plain data so that they load
+# with torch.load(weights_only=True) (see mmseg_whitebox.compat).
+custom_hooks = [dict(type='WeightsOnlyCheckpointHook')]
+tta_model = dict(type='SegTTAModel')

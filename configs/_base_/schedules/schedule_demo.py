@@ -1,0 +1,32 @@
+# A short CPU schedule for the synthetic demo data. The demo encoder is
+# trained from scratch, which SGD does poorly in a few hundred iterations,
+# so this uses AdamW with a linear warm-up and polynomial decay.
+# Validation and the checkpoint happen at the end. To change the length, set
+# train_cfg.max_iters, train_cfg.val_interval and param_scheduler.1.end
+# (e.g. with --cfg-options).
+optimizer = dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01)
+optim_wrapper = dict(type='OptimWrapper', optimizer=optimizer, clip_grad=None)
+param_scheduler = [
+    dict(
+        type='LinearLR', start_factor=0.05, begin=0, end=50, by_epoch=False),
+    dict(
+        type='PolyLR',
+        eta_min=1e-5,
+        power=0.9,
+        begin=50,
+        end=800,
+        by_epoch=False)
+]
+train_cfg = dict(
+    type='IterBasedTrainLoop', max_iters=800, val_interval=800)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+default_hooks = dict(
+    timer=dict(type='IterTimerHook'),
+    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    checkpoint=dict(
+        type='CheckpointHook', by_epoch=False, interval=800,
+        max_keep_ckpts=1),
+    sampler_seed=dict(type='DistSamplerSeedHook'),
+    visualization=dict(type='SegVisualizationHook'))

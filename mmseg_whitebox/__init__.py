@@ -1,0 +1,15 @@
+"""mmseg_whitebox: white-box attention decoders for MMSegmentation 1.x.
+
+Importing the package first applies :mod:`mmseg_whitebox.compat` (only the
+fixes this environment needs), then registers every module with mmseg's
+registries, so configs can say ``custom_imports=dict(imports=
+['mmseg_whitebox'])`` and mmseg's own tools and APIs can use them.
+"""
+from . import compat
+
+compat.apply()
+
+from . import datasets, engine, models  # noqa: E402,F401  (registration)
+from .version import __version__  # noqa: E402
+
+__all__ = ['__version__', 'compat', 'datasets', 'engine', 'models']

@@ -1,0 +1,3 @@
+from .hooks import WeightsOnlyCheckpointHook
+
+__all__ = ['WeightsOnlyCheckpointHook']

@@ -1,0 +1,3 @@
+from .checkpoint_codec import decode_checkpoint, encode_checkpoint
+
+__all__ = ['decode_checkpoint', 'encode_checkpoint']

@@ -1,0 +1,119 @@
+"""Argument and config handling shared by the scripts in ``tools/``.
+
+They accept the same options as mmseg's own ``tools/train.py`` and
+``tools/test.py``; the logic lives here once so every tool resolves configs,
+work dirs and launchers the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import os.path as osp
+from typing import Iterable, Optional
+
+from mmengine.config import Config, DictAction
+
+HOOK_TYPE = 'WeightsOnlyCheckpointHook'
+
+
+class ToolError(SystemExit):
+    """A user-facing error: printed without a traceback, exit status 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f'error: {message}')
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``."""
+    parser.add_argument(
+        '--work-dir',
+        help='folder for logs, checkpoints and results '
+        '(default: ./work_dirs/<config name>)')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override config settings, key=value pairs merged into the '
+        'config, e.g. train_cfg.max_iters=100 model.decode_head.num_classes'
+        '=19; lists as key="[a,b]" or key=a,b (quotes needed, no spaces)')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher for distributed runs (dist_*.sh use pytorch)')
+    # torch.distributed launchers pass --local-rank (or --local_rank)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """Read the config named by ``args.config`` and apply the common options.
+
+    The work dir is chosen as in mmseg: ``--work-dir``, else the config's
+    ``work_dir``, else ``./work_dirs/<config name>``.
+    """
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(getattr(args, 'local_rank', 0))
+    if not osp.isfile(args.config):
+        raise ToolError(f'config file {args.config!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    ensure_weights_only_checkpoints(cfg)
+    return cfg
+
+
+def ensure_weights_only_checkpoints(cfg: Config) -> None:
+    """Add :class:`WeightsOnlyCheckpointHook` to configs that lack it (e.g.
+    mmseg's own configs), so every checkpoint a tool writes loads
+    weights-only."""
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    if not any(h.get('type') in (HOOK_TYPE, f'mmseg.{HOOK_TYPE}')
+               for h in hooks):
+        hooks.append(dict(type=HOOK_TYPE))
+        cfg.custom_hooks = hooks
+
+
+def _dataloader_roots(cfg: Config, names: Iterable[str]):
+    for name in names:
+        loader = cfg.get(name, None)
+        if not loader:
+            continue
+        dataset = loader.get('dataset', {})
+        # ConcatDataset / RepeatDataset wrap the real ones
+        stack = [dataset]
+        while stack:
+            ds = stack.pop()
+            if 'datasets' in ds:
+                stack.extend(ds['datasets'])
+            elif 'dataset' in ds:
+                stack.append(ds['dataset'])
+            elif ds.get('data_root'):
+                yield name, ds['data_root']
+
+
+def check_data_roots(cfg: Config, loaders: Iterable[str]) -> None:
+    """Fail early, with advice, when a dataset folder is missing."""
+    for name, root in _dataloader_roots(cfg, loaders):
+        if osp.isdir(root):
+            continue
+        hint = ('download and convert the dataset as described in the '
+                'README ("Training on real ADE20K") or set '
+                f'--cfg-options {name}.dataset.data_root=...')
+        if 'synthetic' in root:
+            parent = osp.dirname(osp.normpath(root))
+            variant = ' --variant context' if 'context' in root else ''
+            hint = ('generate it with `python tools/dataset_converters/'
+                    f'synthetic_ade20k.py {parent}{variant}`')
+        raise ToolError(f'{name}: dataset folder {root!r} does not exist; '
+                        f'{hint}')
+
+
+def check_checkpoint(path: Optional[str]) -> None:
+    if path and '://' not in path and not osp.isfile(path):
+        raise ToolError(f'checkpoint {path!r} does not exist')

@@ -1,0 +1,84 @@
+"""Test (and evaluate) a segmentor; the same options as mmseg's
+``tools/test.py``.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR]
+        [--show] [--show-dir DIR] [--tta] [--cfg-options k=v ...]
+        [--launcher pytorch]
+
+The metrics are logged and also written by mmengine to
+``WORK_DIR/<timestamp>/<timestamp>.json``.
+"""
+import argparse
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+import mmseg_whitebox  # noqa: E402,F401  (compat + registration first)
+from mmseg_whitebox.utils.cli import (ToolError, add_common_args,  # noqa: E402
+                                      check_checkpoint, check_data_roots,
+                                      load_config)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description='Test (and evaluate) a segmentor')
+    parser.add_argument('config', help='config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        '--out',
+        help='folder to save the predictions (as PNG label maps) for '
+        'offline evaluation')
+    parser.add_argument(
+        '--show', action='store_true', help='show the predictions')
+    parser.add_argument(
+        '--show-dir',
+        help='save every test image painted with its prediction here '
+        '(a relative path is taken inside the work dir)')
+    parser.add_argument(
+        '--wait-time', type=float, default=2, help='--show interval (s)')
+    parser.add_argument(
+        '--tta', action='store_true', help='test-time augmentation')
+    add_common_args(parser)
+    return parser.parse_args(argv)
+
+
+def enable_visualization(cfg, args) -> None:
+    hooks = cfg.default_hooks
+    if 'visualization' not in hooks:
+        raise ToolError('--show/--show-dir need a visualization hook in '
+                        "default_hooks: visualization=dict(type="
+                        "'SegVisualizationHook')")
+    hooks.visualization.draw = True
+    # every test image unless the config asks for fewer (mmseg's hook
+    # defaults to every 50th)
+    hooks.visualization.setdefault('interval', 1)
+    if args.show:
+        hooks.visualization.show = True
+        hooks.visualization.wait_time = args.wait_time
+    if args.show_dir:
+        cfg.visualizer.save_dir = osp.join(cfg.work_dir, args.show_dir)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    check_checkpoint(args.checkpoint)
+    cfg = load_config(args)
+    cfg.load_from = args.checkpoint
+    if args.show or args.show_dir:
+        enable_visualization(cfg, args)
+    if args.tta:
+        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+        cfg.tta_model.module = cfg.model
+        cfg.model = cfg.tta_model
+    if args.out is not None:
+        cfg.test_evaluator['output_dir'] = args.out
+        cfg.test_evaluator['keep_results'] = True
+    check_data_roots(cfg, ('test_dataloader', ))
+
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(cfg)
+    return runner.test()
+
+
+if __name__ == '__main__':
+    main()

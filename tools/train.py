@@ -1,0 +1,66 @@
+"""Train a segmentor; the same options as mmseg's ``tools/train.py``.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp]
+        [--cfg-options k=v ...] [--launcher pytorch]
+"""
+import argparse
+import logging
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+import mmseg_whitebox  # noqa: E402,F401  (compat + registration first)
+from mmseg_whitebox.utils.cli import (ToolError, add_common_args,  # noqa: E402
+                                      check_data_roots, load_config)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Train a segmentor')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument(
+        '--resume',
+        action='store_true',
+        help='resume from the latest checkpoint in the work dir '
+        '(or from load_from, if the config sets it)')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='automatic mixed precision (needs a GPU)')
+    add_common_args(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    cfg = load_config(args)
+
+    if args.amp:
+        import torch
+        from mmengine.logging import print_log
+        if not torch.cuda.is_available():
+            raise ToolError('--amp needs a CUDA GPU (mmengine\'s '
+                            'AmpOptimWrapper); train without it on CPU')
+        if cfg.optim_wrapper.type == 'AmpOptimWrapper':
+            print_log('AMP is already enabled in the config',
+                      logger='current', level=logging.WARNING)
+        elif cfg.optim_wrapper.type != 'OptimWrapper':
+            raise ToolError('--amp works with optim_wrapper.type='
+                            f'OptimWrapper, not {cfg.optim_wrapper.type}')
+        else:
+            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            cfg.optim_wrapper.loss_scale = 'dynamic'
+
+    cfg.resume = args.resume
+    check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
+
+    from mmengine.runner import Runner
+    from mmseg.registry import RUNNERS
+    if 'runner_type' in cfg:
+        runner = RUNNERS.build(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()

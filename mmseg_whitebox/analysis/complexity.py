@@ -1,0 +1,67 @@
+"""Decoder FLOPs and parameters with mmengine's complexity analysis.
+
+mmengine's ``FlopAnalyzer`` (fvcore-style: one fused multiply-add counts as
+one flop) has no handle for ``aten::scaled_dot_product_attention``, which
+the white-box operators use, so it would silently count their attention as
+free. :func:`flop_analyzer` adds that handle (``B*h*Lq*Lk*(E+Ev)``
+multiply-adds, the two matrix products of attention) and otherwise leaves
+mmengine's counting as it is.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+import torch
+import torch.nn as nn
+from mmengine.analysis import FlopAnalyzer
+from mmengine.analysis.jit_handles import get_shape
+
+
+def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """Multiply-adds of ``softmax(q k^T) v`` for jit values q, k, v."""
+    q, k, v = (get_shape(x) for x in inputs[:3])
+    *batch, lq, e = q
+    lk, ev = k[-2], v[-1]
+    n = 1
+    for s in batch:
+        n *= s
+    return n * lq * lk * (e + ev)
+
+
+def flop_analyzer(model: nn.Module, inputs: Tuple) -> FlopAnalyzer:
+    """mmengine's FlopAnalyzer with attention counted; quiet about the
+    elementwise ops it ignores (norms, softmax, additions)."""
+    analyzer = FlopAnalyzer(model, inputs)
+    analyzer.set_op_handle('aten::scaled_dot_product_attention',
+                           sdpa_flop_jit)
+    analyzer.unsupported_ops_warnings(False)
+    analyzer.uncalled_modules_warnings(False)
+    return analyzer
+
+
+class _HeadOnFeatures(nn.Module):
+    """Calls a decode head on one encoder feature map (what it sees in an
+    EncoderDecoder), so it can be traced on its own."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, feature: torch.Tensor) -> torch.Tensor:
+        return self.head([feature])
+
+
+def decode_head_complexity(head: nn.Module,
+                           feature: torch.Tensor) -> Tuple[int, int]:
+    """``(flops, params)`` of a decode head on a ``(B, C, H, W)`` encoder
+    feature map; flops are fused multiply-adds, params exclude the loss."""
+    was_training = head.training
+    head.eval()
+    try:
+        with torch.no_grad():
+            flops = flop_analyzer(_HeadOnFeatures(head), (feature, )).total()
+    finally:
+        head.train(was_training)
+    params = sum(p.numel() for name, p in head.named_parameters()
+                 if not name.startswith('loss_'))
+    return int(flops), int(params)

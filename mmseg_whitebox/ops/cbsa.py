@@ -1,0 +1,146 @@
+"""CBSA: contract-and-broadcast self-attention (Wen, Huang & Li, NeurIPS
+2025, "Towards Interpretable and Efficient Attention: Compressing All by
+Contracting a Few").
+
+A gradient step on the coding rate of a few *representatives* instead of
+all ``N`` tokens, in every subspace ``k`` (CBSA paper, Sec. 3.2):
+
+* initialisation: ``Q_ini = sg(avgpool(U_k^T Z))`` -- the projected patch
+  tokens average-pooled over the token grid to an ``rh x rw`` grid of
+  ``m`` representatives, with stop-gradient;
+* extraction, eq. (5)::
+
+      U_k^T Q = U_k^T Q_ini + eta_k U_k^T Z A_k,
+      A_k = softmax over tokens of (U_k^T Z)^T (U_k^T Q_ini) / sqrt(p)
+
+* contraction and broadcast, eq. (6)-(8): self-attention among the
+  representatives (query = key = value = ``U_k^T Q``) gives their
+  contraction directions, which ``A_k^T`` broadcasts back to every token::
+
+      Z <- Z + kappa_k * [U_k^T Q softmax((U_k^T Q)^T (U_k^T Q) / sqrt(p))] A_k^T
+
+``eta_k`` and ``kappa_k`` are learnable per subspace with free sign. Cost is
+``O(N m p K)``: linear in the number of tokens for a fixed grid of
+representatives. The projection back is the over-parameterised linear map
+(default) or, for the rigorous variant (the paper's CBT-dagger), the same
+bases ``U`` (``out_proj='tied'``).
+
+Unlike the published listing, the token grid may be any ``H x W`` (not only
+square) and any number of extra non-grid tokens (class embeddings, a CLS
+token) may sit before or after it: they take part in extraction and
+receive the broadcast, but not in the pooled initialisation.
+"""
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .subspace import SubspaceAttention
+
+GridSize = Union[int, Tuple[int, int]]
+
+
+def _pair(value: GridSize) -> Tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    h, w = value
+    return int(h), int(w)
+
+
+class CBSA(SubspaceAttention):
+    """Contract-and-broadcast self-attention; returns the update.
+
+    Args:
+        dim, num_heads, head_dim, out_proj, basis_init, init_std: see
+            :class:`SubspaceAttention` (defaults: 3 heads x 100 dims, the
+            over-parameterised output, bases initialised as the published
+            decoder's Linear layers).
+        rep_grid: ``(rh, rw)`` grid of representatives per subspace
+            (``m = rh * rw``; the published decoder uses 10x10, the
+            classification model 8x8).
+    """
+
+    def __init__(self,
+                 dim: int,
+                 num_heads: int = 3,
+                 head_dim: int = 100,
+                 rep_grid: GridSize = (10, 10),
+                 out_proj: str = 'linear',
+                 basis_init: str = 'trunc_normal',
+                 init_std: float = 0.02) -> None:
+        super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
+                         init_std)
+        self.rep_grid = _pair(rep_grid)
+        if min(self.rep_grid) < 1:
+            raise ValueError(f'rep_grid must be positive, got {rep_grid}')
+        self.eta = nn.Parameter(torch.empty(num_heads, 1, 1))
+        self.kappa = nn.Parameter(torch.empty(num_heads, 1, 1))
+        self.reset_parameters()
+
+    @property
+    def num_representatives(self) -> int:
+        return self.rep_grid[0] * self.rep_grid[1]
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        # step sizes: standard normal, sign free, as published
+        nn.init.normal_(self.eta)
+        nn.init.normal_(self.kappa)
+
+    def initial_representatives(self, w: torch.Tensor, hw: Tuple[int, int],
+                                grid_start: int) -> torch.Tensor:
+        """``sg(avgpool(U^T Z_grid))``: ``(B, K, m, p)``."""
+        b, k, n, p = w.shape
+        h, wd = hw
+        grid = w[:, :, grid_start:grid_start + h * wd]
+        grid = grid.reshape(b * k, h, wd, p).permute(0, 3, 1, 2)
+        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)
+        rep = rep.reshape(b, k, p, -1).transpose(-1, -2)
+        return rep.detach()
+
+    def forward(self,
+                x: torch.Tensor,
+                hw: Tuple[int, int],
+                grid_start: int = 0,
+                return_attn: bool = False
+                ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """Apply CBSA.
+
+        Args:
+            x: ``(B, N, d)`` tokens: an ``H x W`` grid of patch tokens in
+                row-major order at ``x[:, grid_start:grid_start + H*W]``,
+                any other tokens around it.
+            hw: the grid size ``(H, W)``.
+            grid_start: index of the first grid token.
+            return_attn: also return the extraction attention ``A``,
+                ``(B, K, m, N)`` (which tokens each representative gathers).
+
+        Returns:
+            The update ``(B, N, d)`` (and ``A``).
+        """
+        b, n, _ = x.shape
+        h, wd = hw
+        if grid_start < 0 or grid_start + h * wd > n:
+            raise ValueError(
+                f'a {h}x{wd} token grid starting at {grid_start} does not '
+                f'fit in {n} tokens')
+        w = self.project(x)  # (B, K, N, p)
+        rep0 = self.initial_representatives(w, (h, wd), grid_start)
+        # extraction, eq. (5): A (B, K, m, N), softmax over tokens
+        attn = torch.softmax(
+            torch.matmul(rep0, w.transpose(-1, -2)) * self.scale, dim=-1)
+        rep = rep0 + self.eta * torch.matmul(attn, w)
+        # contraction among the m representatives, eq. (8)
+        contraction = F.scaled_dot_product_attention(
+            rep, rep, rep, scale=self.scale)
+        # broadcast with the transposed extraction attention
+        delta = self.kappa * torch.matmul(attn.transpose(-1, -2), contraction)
+        out = self.project_back(delta)
+        return (out, attn) if return_attn else out
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f', rep_grid={self.rep_grid}'
+

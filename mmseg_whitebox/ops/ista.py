@@ -1,0 +1,43 @@
+"""ISTA: the sparse-coding block of white-box encoders (CRATE eq. (17)).
+
+    Z^{l+1} = ReLU(Z + eta D^T (Z - D Z) - eta lambda 1)
+
+one unrolled proximal-gradient step towards a sparse code of the tokens in
+a learnable dictionary ``D`` (``d x d``), with ``eta = lambda = 0.1`` as in
+CRATE. It replaces the MLP of a transformer block and has no residual
+connection of its own; CRATE and CBT encoders pair it with MSSA / CBSA.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ISTA(nn.Module):
+    """One ISTA step on ``(B, N, d)`` tokens (returns the new tokens)."""
+
+    def __init__(self, dim: int, step_size: float = 0.1,
+                 lambd: float = 0.1) -> None:
+        super().__init__()
+        self.dim = dim
+        self.step_size = step_size
+        self.lambd = lambd
+        self.weight = nn.Parameter(torch.empty(dim, dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # D^T (x - D x) with tokens as rows: x D - x D^T D
+        residual = F.linear(x, self.weight.t()) - F.linear(
+            F.linear(x, self.weight), self.weight.t())
+        return F.relu(x + self.step_size * residual -
+                      self.step_size * self.lambd)
+
+    def extra_repr(self) -> str:
+        return (f'dim={self.dim}, step_size={self.step_size}, '
+                f'lambd={self.lambd}')

@@ -1,0 +1,99 @@
+"""What every white-box attention operator shares: subspace bases.
+
+MSSA, TSSA and CBSA all read tokens through ``K`` learnable subspace bases
+``U_k in R^{d x p}`` (CRATE Sec. 2.3, CBSA Sec. 2): one ``Linear(d -> K*p)``
+without bias computes every ``U_k^T z`` at once. The way back to ``R^d`` is
+either the rigorous one, ``sum_k U_k (.)`` through the same bases (tied), or
+the over-parameterised independent ``Linear(K*p -> d)`` that CRATE, ToST and
+CBSA use by default for accuracy (CBSA paper, Sec. 4 "Implementation
+detail").
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+OUT_PROJ_MODES = ('linear', 'tied')
+BASIS_INITS = ('trunc_normal', 'scaled_normal', 'orthogonal')
+
+
+class SubspaceAttention(nn.Module):
+    """Base class: bases ``proj`` (U) and the projection back.
+
+    Args:
+        dim: token width ``d``.
+        num_heads: number of subspaces ``K``.
+        head_dim: subspace dimension ``p``.
+        out_proj: ``'linear'`` (an independent ``Linear(K*p, d)`` with bias,
+            named ``out_proj``) or ``'tied'`` (back through ``U``; no extra
+            parameters).
+        basis_init: ``'trunc_normal'`` (std ``init_std``, as mmseg/Segmenter
+            initialise Linear layers), ``'scaled_normal'`` (N(0, 1/d), as
+            the DEPICT code), or ``'orthogonal'`` (orthonormal bases, the
+            paper's ``U_k in O(d, p)``; needs ``K*p <= d`` for exact
+            orthogonality, otherwise rows are orthonormal).
+        init_std: std for ``'trunc_normal'`` and for ``out_proj``.
+    """
+
+    def __init__(self,
+                 dim: int,
+                 num_heads: int,
+                 head_dim: int,
+                 out_proj: str = 'linear',
+                 basis_init: str = 'trunc_normal',
+                 init_std: float = 0.02) -> None:
+        super().__init__()
+        if out_proj not in OUT_PROJ_MODES:
+            raise ValueError(f'out_proj must be one of {OUT_PROJ_MODES}, '
+                             f'got {out_proj!r}')
+        if basis_init not in BASIS_INITS:
+            raise ValueError(f'basis_init must be one of {BASIS_INITS}, '
+                             f'got {basis_init!r}')
+        if min(dim, num_heads, head_dim) < 1:
+            raise ValueError('dim, num_heads and head_dim must be >= 1')
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.inner_dim = num_heads * head_dim
+        self.scale = head_dim**-0.5
+        self.out_proj_mode = out_proj
+        self.basis_init = basis_init
+        self.init_std = init_std
+        self.proj = nn.Linear(dim, self.inner_dim, bias=False)
+        self.out_proj = (nn.Linear(self.inner_dim, dim)
+                         if out_proj == 'linear' else None)
+
+    def reset_parameters(self) -> None:
+        """Initialise the bases and the output projection."""
+        weight = self.proj.weight
+        if self.basis_init == 'trunc_normal':
+            nn.init.trunc_normal_(weight, std=self.init_std)
+        elif self.basis_init == 'scaled_normal':
+            nn.init.normal_(weight, std=1.0 / math.sqrt(self.dim))
+        else:
+            nn.init.orthogonal_(weight)
+        if self.out_proj is not None:
+            nn.init.trunc_normal_(self.out_proj.weight, std=self.init_std)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z``."""
+        b, n, _ = x.shape
+        w = self.proj(x).view(b, n, self.num_heads, self.head_dim)
+        return w.transpose(1, 2)
+
+    def project_back(self, z: torch.Tensor) -> torch.Tensor:
+        """``(B, K, N, p) -> (B, N, d)``: ``sum_k U_k z_k`` when tied, the
+        over-parameterised linear map otherwise."""
+        b, _, n, _ = z.shape
+        z = z.transpose(1, 2).reshape(b, n, self.inner_dim)
+        if self.out_proj is None:
+            return F.linear(z, self.proj.weight.t())
+        return self.out_proj(z)
+
+    def extra_repr(self) -> str:
+        return (f'dim={self.dim}, num_heads={self.num_heads}, '
+                f'head_dim={self.head_dim}, out_proj={self.out_proj_mode!r}')

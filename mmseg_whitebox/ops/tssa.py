@@ -1,0 +1,65 @@
+"""TSSA: token statistics self-attention (ToST, Wu et al., ICLR 2025).
+
+ToST eq. (10) (the TSSA operator) and Algorithm 1 (Appendix E)::
+
+    TSSA(Z | U) = -(tau / n) sum_k U_k D(Z, pi_k | U_k) U_k^T Z Diag(pi_k)
+
+with ``pi`` the soft assignment of each token to the ``K`` subspaces
+(softmax over subspaces of the token's normalised energy in each, with a
+learnable temperature per subspace) and ``D`` a diagonal matrix
+``1 / (1 + E_pi[(U_k^T z)^2])`` of per-direction second moments: tokens are
+rescaled per channel, never compared pairwise, so cost is linear in ``N``.
+The projection back is the over-parameterised ``Linear`` of the published
+code (its ``to_out``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .subspace import SubspaceAttention
+
+
+class TSSA(SubspaceAttention):
+    """Token statistics self-attention; returns the update (no residual).
+
+    Args:
+        dim, num_heads, head_dim, out_proj, basis_init, init_std: see
+            :class:`SubspaceAttention`.
+        eps: added to the membership mass, as the published code (1e-8).
+    """
+
+    def __init__(self,
+                 dim: int,
+                 num_heads: int = 3,
+                 head_dim: int = 100,
+                 out_proj: str = 'linear',
+                 basis_init: str = 'trunc_normal',
+                 init_std: float = 0.02,
+                 eps: float = 1e-8) -> None:
+        super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
+                         init_std)
+        self.eps = eps
+        self.temp = nn.Parameter(torch.empty(num_heads, 1))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        nn.init.ones_(self.temp)
+
+    def memberships(self, w: torch.Tensor) -> torch.Tensor:
+        """``pi``: ``(B, K, N)``, each token's soft assignment to the
+        subspaces (sums to 1 over ``K``)."""
+        energy = F.normalize(w, dim=-2).pow(2).sum(-1)  # (B, K, N)
+        return torch.softmax(energy * self.temp, dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: ``(B, N, d)`` -> the TSSA update ``(B, N, d)``."""
+        w = self.project(x)  # (B, K, N, p)
+        pi = self.memberships(w)
+        weights = pi / (pi.sum(-1, keepdim=True) + self.eps)
+        # E_pi[(U_k^T z)^2] per direction: (B, K, 1, p)
+        second_moment = torch.matmul(weights.unsqueeze(-2), w * w)
+        out = -(w * pi.unsqueeze(-1)) / (1 + second_moment)
+        return self.project_back(out)

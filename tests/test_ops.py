@@ -1,0 +1,282 @@
+"""The attention operators against straightforward implementations of
+their paper equations, written here independently (tokens as columns,
+explicit loops over subspaces, as the papers write them)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmseg_whitebox.analysis.complexity import flop_analyzer
+from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
+
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """Compare in double precision (to ~1e-10, not ~1e-5)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def bases(op):
+    """The subspace bases U_k (d x p) of an operator, k = 1..K."""
+    w = op.proj.weight  # (K*p, d): rows are basis vectors
+    return [w[k * op.head_dim:(k + 1) * op.head_dim].t()
+            for k in range(op.num_heads)]
+
+
+def back(op, zs):
+    """Project per-subspace results (p x N each) back to d x N."""
+    if op.out_proj is None:  # rigorous: sum_k U_k z_k
+        return sum(u @ z for u, z in zip(bases(op), zs))
+    stacked = torch.cat(zs, dim=0)  # (K*p, N)
+    return op.out_proj.weight @ stacked + op.out_proj.bias[:, None]
+
+
+def col_softmax(m):
+    return torch.softmax(m, dim=0)
+
+
+# ----------------------------------------------------------------- MSSA
+def mssa_reference(op, Z):
+    """CRATE eq. (11)-(12) (the step size absorbs p/(N eps^2))."""
+    outs = []
+    for U in bases(op):
+        W = U.t() @ Z  # p x N
+        outs.append(W @ col_softmax(W.t() @ W / math.sqrt(op.head_dim)))
+    out = back(op, outs)
+    return out if op.step_size is None else op.step_size * out
+
+
+@pytest.mark.parametrize('out_proj', ['tied', 'linear'])
+def test_mssa_matches_crate_equation(out_proj):
+    torch.manual_seed(0)
+    op = MSSA(24, num_heads=3, head_dim=5, out_proj=out_proj)
+    x = torch.randn(2, 17, 24)
+    out = op(x)
+    for b in range(2):
+        ref = mssa_reference(op, x[b].t()).t()
+        torch.testing.assert_close(out[b], ref)
+
+
+def test_cross_mssa_matches_equation():
+    torch.manual_seed(0)
+    op = CrossMSSA(24, num_heads=2, head_dim=4)
+    q, x = torch.randn(2, 5, 24), torch.randn(2, 11, 24)
+    out = op(q, x)
+    for b in range(2):
+        outs = []
+        for U in bases(op):
+            Wq, Wx = U.t() @ q[b].t(), U.t() @ x[b].t()
+            outs.append(Wx @ col_softmax(Wx.t() @ Wq / math.sqrt(4)))
+        ref = op.step_size * back(op, outs)
+        torch.testing.assert_close(out[b], ref.t())
+
+
+# ----------------------------------------------------------------- TSSA
+def tssa_reference(op, Z):
+    """ToST: TSSA(Z) = -sum_k U_k D(Z, pi_k) U_k^T Z Diag(pi_k), with the
+    published choices of pi (softmax over subspaces of each token's
+    normalised energy times a per-subspace temperature) and D."""
+    U = bases(op)
+    K, N = len(U), Z.shape[1]
+    W = [u.t() @ Z for u in U]  # p x N each
+    energy = torch.stack([
+        ((w / w.norm(dim=1, keepdim=True))**2).sum(0) for w in W])  # K x N
+    pi = torch.softmax(energy * op.temp, dim=0)  # over subspaces
+    outs = []
+    for k in range(K):
+        weights = pi[k] / (pi[k].sum() + op.eps)
+        second = (W[k]**2) @ weights  # p
+        D = torch.diag(1.0 / (1.0 + second))
+        outs.append(-D @ W[k] @ torch.diag(pi[k]))
+    return back(op, outs)
+
+
+def test_tssa_matches_tost_equation():
+    torch.manual_seed(0)
+    op = TSSA(24, num_heads=3, head_dim=6)
+    with torch.no_grad():
+        op.temp.copy_(torch.tensor([[0.5], [1.0], [2.0]]))
+    x = torch.randn(2, 19, 24)
+    out = op(x)
+    for b in range(2):
+        torch.testing.assert_close(out[b], tssa_reference(op, x[b].t()).t())
+
+
+# ----------------------------------------------------------------- CBSA
+def avgpool_reference(W, h, w, rh, rw):
+    """Average each (h/rh) x (w/rw) block of a row-major token grid."""
+    p = W.shape[0]
+    grid = W.reshape(p, h, w)
+    bh, bw = h // rh, w // rw
+    cols = []
+    for i in range(rh):
+        for j in range(rw):
+            block = grid[:, i * bh:(i + 1) * bh, j * bw:(j + 1) * bw]
+            cols.append(block.reshape(p, -1).mean(1))
+    return torch.stack(cols, dim=1)  # p x m
+
+
+def cbsa_reference(op, Z, h, w, grid_start=0, stop_gradient=True):
+    """CBSA paper eq. (5) and (8), tokens as columns of Z (d x N)."""
+    rh, rw = op.rep_grid
+    s = 1 / math.sqrt(op.head_dim)
+    outs = []
+    for k, U in enumerate(bases(op)):
+        W = U.t() @ Z  # p x N
+        Qini = avgpool_reference(W[:, grid_start:grid_start + h * w], h, w,
+                                 rh, rw)
+        if stop_gradient:  # sg(avgpool(U^T Z))
+            Qini = Qini.detach()
+        A = col_softmax(W.t() @ Qini * s)  # N x m, softmax over tokens
+        Q = Qini + op.eta[k, 0, 0] * W @ A  # eq. (5)
+        contraction = Q @ col_softmax(Q.t() @ Q * s)  # p x m, eq. (8)
+        outs.append(op.kappa[k, 0, 0] * contraction @ A.t())  # broadcast
+    return back(op, outs)
+
+
+@pytest.mark.parametrize('out_proj', ['linear', 'tied'])
+@pytest.mark.parametrize('h, w, rep, extra_before, extra_after', [
+    (8, 8, (4, 4), 0, 5),   # square grid, class tokens after (decoder)
+    (6, 9, (3, 3), 1, 0),   # non-square grid, CLS token first (encoder)
+    (4, 6, (2, 3), 2, 3),   # tokens on both sides
+])
+def test_cbsa_matches_paper_equations(out_proj, h, w, rep, extra_before,
+                                      extra_after):
+    torch.manual_seed(0)
+    op = CBSA(20, num_heads=2, head_dim=6, rep_grid=rep, out_proj=out_proj)
+    n = extra_before + h * w + extra_after
+    x = torch.randn(2, n, 20)
+    out, attn = op(x, (h, w), grid_start=extra_before, return_attn=True)
+    assert attn.shape == (2, 2, rep[0] * rep[1], n)
+    torch.testing.assert_close(attn.sum(-1), torch.ones(2, 2, rep[0] * rep[1]))
+    for b in range(2):
+        ref = cbsa_reference(op, x[b].t(), h, w, extra_before)
+        torch.testing.assert_close(out[b], ref.t())
+
+
+def published_listing(op, x, num_cls):
+    """The CBSA paper's Appendix D listing as used by the published
+    decoder: square grid, class tokens at the end, an AdaptiveAvgPool2d on
+    the projected patch tokens, attention(q, k, v) = softmax(q k^T s) v."""
+    b, n, _ = x.shape
+    side = int((n - num_cls)**0.5)
+    K, p = op.num_heads, op.head_dim
+    w = op.proj(x)
+    rep = F.adaptive_avg_pool2d(
+        w[:, :-num_cls].reshape(b, side, side, K * p).permute(0, 3, 1, 2),
+        op.rep_grid).reshape(b, K * p, -1).permute(0, 2, 1)
+    w = w.reshape(b, n, K, p).permute(0, 2, 1, 3)
+    rep = rep.reshape(b, -1, K, p).permute(0, 2, 1, 3)
+
+    def attention(q, k, v):
+        a = torch.softmax(q @ k.transpose(-1, -2) * p**-0.5, dim=-1)
+        return a @ v, a
+
+    delta, attn = attention(rep, w, w)
+    rep = rep + op.eta * delta
+    x_delta, _ = attention(rep, rep, rep)
+    x_delta = op.kappa * (attn.transpose(-1, -2) @ x_delta)
+    x_delta = x_delta.permute(0, 2, 1, 3).reshape(b, n, K * p)
+    return op.out_proj(x_delta)
+
+
+def test_cbsa_reproduces_published_listing_on_square_grids():
+    torch.manual_seed(0)
+    op = CBSA(30, num_heads=3, head_dim=10, rep_grid=(5, 5))
+    x = torch.randn(2, 100 + 7, 30)
+    torch.testing.assert_close(op(x, (10, 10)), published_listing(op, x, 7))
+
+
+def test_cbsa_stop_gradient_on_initial_representatives():
+    torch.manual_seed(0)
+    op = CBSA(16, num_heads=2, head_dim=4, rep_grid=(2, 2))
+    x = torch.randn(1, 16 + 2, 16, requires_grad=True)
+    w = op.project(x)
+    assert w.requires_grad
+    assert not op.initial_representatives(w, (4, 4), 0).requires_grad
+    # the input gradient equals the reference's with sg(), and differs
+    # from what it would be if gradients flowed through the pooling
+    grad = torch.autograd.grad(op(x, (4, 4)).sum(), x)[0]
+    z = x[0].t()
+    with_sg = torch.autograd.grad(cbsa_reference(op, z, 4, 4).sum(), x)[0]
+    torch.testing.assert_close(grad, with_sg)
+
+    without_sg = torch.autograd.grad(
+        cbsa_reference(op, z, 4, 4, stop_gradient=False).sum(), x)[0]
+    assert not torch.allclose(grad, without_sg)
+
+
+def test_rigorous_cbsa_has_no_output_linear_and_stays_in_the_subspaces():
+    torch.manual_seed(0)
+    op = CBSA(40, num_heads=2, head_dim=5, rep_grid=(3, 3), out_proj='tied')
+    names = {n for n, _ in op.named_parameters()}
+    assert names == {'proj.weight', 'eta', 'kappa'}
+    out = op(torch.randn(1, 36 + 4, 40), (6, 6))
+    # every output token lies in span(U_1, ..., U_K) (10 of 40 dims)
+    U = torch.cat(bases(op), dim=1)
+    coef = torch.linalg.lstsq(U, out[0].t()).solution
+    torch.testing.assert_close(U @ coef, out[0].t())
+
+
+def test_ops_work_for_any_batch_size_and_token_count():
+    torch.manual_seed(0)
+    for b, h, w, extra in [(1, 1, 1, 0), (3, 2, 7, 4), (2, 32, 48, 150)]:
+        x = torch.randn(b, h * w + extra, 32)
+        assert CBSA(32, 2, 8, (10, 10))(x, (h, w)).shape == x.shape
+        assert MSSA(32, 2, 8)(x).shape == x.shape
+        assert TSSA(32, 2, 8)(x).shape == x.shape
+        query = torch.randn(b, 3, 32)
+        assert CrossMSSA(32, 2, 8)(query, x).shape == (b, 3, 32)
+    with pytest.raises(ValueError, match='does not fit'):
+        CBSA(32, 2, 8)(torch.randn(1, 10, 32), (4, 4))
+
+
+def test_ista_matches_crate_equation():
+    """CRATE eq. (17): ReLU(Z + eta D^T (Z - D Z) - eta lambda)."""
+    torch.manual_seed(0)
+    op = ISTA(12)
+    Z = torch.randn(12, 9)  # d x N
+    D = op.weight
+    ref = torch.relu(Z + 0.1 * D.t() @ (Z - D @ Z) - 0.1 * 0.1)
+    torch.testing.assert_close(op(Z.t()[None])[0], ref.t())
+
+
+# ------------------------------------------------------------ complexity
+def cbsa_flops(n_grid, rep, d=64, k=2, p=16, extra=10):
+    op = CBSA(d, k, p, rep_grid=rep).eval()
+    side = int(n_grid**0.5)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.op = op
+
+        def forward(self, x):
+            return self.op(x, (side, side))
+
+    x = torch.randn(1, n_grid + extra, d)
+    return flop_analyzer(Wrap(), (x, )).total()
+
+
+def test_cbsa_cost_is_linear_in_tokens_and_representatives():
+    d, k, p = 64, 2, 16
+    # per grid token: U^T z and the way back, extraction (2 products) and
+    # broadcast (each linear in the number of representatives m), and the
+    # pooled initialisation (mmengine counts 1 per pooled element)
+    for m_side in (2, 4, 8):
+        m = m_side**2
+        f1 = cbsa_flops(16**2, (m_side, m_side))
+        f2 = cbsa_flops(32**2, (m_side, m_side))
+        per_token = (f2 - f1) / (32**2 - 16**2)
+        assert per_token == 2 * d * k * p + 3 * k * m * p + k * p
+    # doubling the representatives adds 3*K*N*p per extra representative
+    # plus the contraction among them (2*K*m^2*p, independent of N)
+    n = 16**2 + 10
+    f_small, f_big = cbsa_flops(16**2, (4, 4)), cbsa_flops(16**2, (8, 8))
+    assert f_big - f_small == 3 * k * n * p * (64 - 16) + 2 * k * p * (
+        64**2 - 16**2)

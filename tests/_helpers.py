@@ -28,8 +28,11 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
                       batch_size: int = 2) -> List[str]:
     """--cfg-options that shrink a demo config to a few iterations on a
     tiny dataset, with no dataloader worker processes."""
-    opts = [f'train_cfg.max_iters={iters}',
+    opts = ['randomness.seed=0',
+            f'train_cfg.max_iters={iters}',
             f'train_cfg.val_interval={iters}',
+            # no warm-up: the LinearLR factor stays 1
+            'param_scheduler.0.start_factor=1.0',
             'param_scheduler.0.end=1',
             'param_scheduler.1.begin=1',
             f'param_scheduler.1.end={iters}',

@@ -1,0 +1,150 @@
+"""Evaluating a (perturbed) model the way ``tools/test.py`` does.
+
+:class:`RunnerEvaluation` runs mmseg's own test loop and ``IoUMetric`` of a
+Runner built exactly as ``tools/test.py`` builds it, so an unperturbed
+evaluation reproduces ``tools/test.py``'s numbers exactly; distributed
+evaluation comes with the Runner. :class:`LoopEvaluation` is the same loop
+for a model, dataloader and evaluator you built yourself.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, Optional
+
+import torch
+import torch.nn as nn
+
+Metrics = Dict[str, float]
+Evaluate = Callable[[], Metrics]
+
+
+@contextmanager
+def quiet_logging(level: int = logging.WARNING) -> Iterator[None]:
+    """Silence mmengine's INFO output (e.g. the per-class IoU table that
+    every evaluation prints) for the duration of the block."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    old = logger.level
+    handlers = [(h, h.level) for h in logger.handlers]
+    logger.setLevel(level)
+    for h, _ in handlers:
+        h.setLevel(max(h.level, level))
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+        for h, lvl in handlers:
+            h.setLevel(lvl)
+
+
+class NonFiniteCounter:
+    """Counts non-finite values in the segmentation logits a model
+    predicts (a forward hook on the segmentor), so that predictions that
+    turned NaN/Inf under noise are recorded as such."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = getattr(model, 'module', model)
+        self.nonfinite = 0
+        self.total = 0
+        self._handle = None
+
+    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not isinstance(output, (list, tuple)):
+            return
+        for sample in output:
+            logits = getattr(sample, 'seg_logits', None)
+            if logits is None:
+                continue
+            data = logits.data
+            self.nonfinite += int((~torch.isfinite(data)).sum())
+            self.total += data.numel()
+
+    def __enter__(self) -> 'NonFiniteCounter':
+        self.nonfinite = self.total = 0
+        self._handle = self.model.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._handle.remove()
+        return False
+
+    @property
+    def fraction(self) -> float:
+        return self.nonfinite / self.total if self.total else 0.0
+
+
+def build_test_runner(config: str,
+                      checkpoint: str,
+                      cfg_options: Optional[dict] = None,
+                      work_dir: Optional[str] = None,
+                      launcher: str = 'none') -> Any:
+    """A Runner set up as ``tools/test.py`` sets it up."""
+    import argparse
+
+    from mmengine.runner import Runner
+
+    from mmseg_whitebox.utils.cli import (check_checkpoint, check_data_roots,
+                                          load_config)
+    check_checkpoint(checkpoint)
+    args = argparse.Namespace(config=config, cfg_options=cfg_options,
+                              work_dir=work_dir, launcher=launcher)
+    cfg = load_config(args)
+    cfg.load_from = checkpoint
+    check_data_roots(cfg, ('test_dataloader', ))
+    return Runner.from_cfg(cfg)
+
+
+class RunnerEvaluation:
+    """Callable returning the test metrics of ``runner.model`` as it is now.
+
+    Loads the runner's checkpoint once (so the selected parameters can be
+    perturbed after that) and runs ``runner.test_loop`` on each call.
+    """
+
+    def __init__(self, runner: Any, quiet: bool = True) -> None:
+        self.runner = runner
+        self.quiet = quiet
+        runner.load_or_resume()
+        runner.call_hook('before_run')
+
+    @property
+    def model(self) -> nn.Module:
+        return self.runner.model
+
+    def __call__(self) -> Metrics:
+        if self.quiet:
+            with quiet_logging():
+                metrics = self.runner.test_loop.run()
+        else:
+            metrics = self.runner.test_loop.run()
+        return {k: float(v) for k, v in metrics.items()}
+
+    def close(self) -> None:
+        self.runner.call_hook('after_run')
+
+
+class LoopEvaluation:
+    """The test loop for a model, dataloader and evaluator (mmengine
+    ``Evaluator`` or its config) built by hand."""
+
+    def __init__(self, model: nn.Module, dataloader: Any,
+                 evaluator: Any) -> None:
+        from mmengine.evaluator import Evaluator
+        self.model = model
+        self.dataloader = dataloader
+        self.evaluator = (evaluator if isinstance(evaluator, Evaluator) else
+                          Evaluator(evaluator))
+        dataset = dataloader.dataset
+        if getattr(self.evaluator, 'dataset_meta', None) is None:
+            self.evaluator.dataset_meta = getattr(dataset, 'metainfo', None)
+
+    def __call__(self) -> Metrics:
+        self.model.eval()
+        with torch.no_grad():
+            for batch in self.dataloader:
+                outputs = self.model.test_step(batch)
+                self.evaluator.process(data_samples=outputs,
+                                       data_batch=batch)
+        metrics = self.evaluator.evaluate(len(self.dataloader.dataset))
+        return {k: float(v) for k, v in metrics.items()}

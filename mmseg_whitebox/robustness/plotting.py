@@ -1,0 +1,101 @@
+"""``robustness.png``: mIoU against sigma (log axis), the mean over noise
+draws with the min-max band, and per model its two references: the clean
+mIoU (dashed) and the mIoU with the perturbed attention removed (dotted)."""
+from __future__ import annotations
+
+import json
+import os.path as osp
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .sweep import attention_unused
+
+Results = Dict[str, Any]
+
+
+def load_results(folder: str) -> Results:
+    path = osp.join(folder, 'results.json')
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'{path} not found: {folder} is not the '
+                                'output folder of a noise sweep')
+    with open(path) as f:
+        return json.load(f)
+
+
+def result_label(results: Results, folder: str) -> str:
+    return results.get('setup', {}).get('name') or osp.basename(
+        osp.normpath(folder))
+
+
+def plot_robustness(runs: Sequence[Tuple[str, Results]],
+                    out_file: str,
+                    title: Optional[str] = None) -> str:
+    """Draw one or several sweeps (``(label, results)`` pairs) into
+    ``out_file``; returns the path."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+    notes: List[str] = []
+    i = 0
+    for label, results in runs:
+        clean = (results.get('clean') or {}).get('mIoU')
+        mode = results.get('setup', {}).get('mode', 'absolute')
+        selections = sorted({p['selection'] for p in results['points']})
+        for selection in selections or ['']:
+            color = colors[i % len(colors)]
+            i += 1
+            name = label if len(selections) <= 1 else f'{label} {selection}'
+            points = sorted((p for p in results['points']
+                             if p['selection'] == selection and p['sigma'] > 0),
+                            key=lambda p: p['sigma'])
+            if points:
+                xs = [p['sigma'] for p in points]
+                ax.plot(xs, [p['mIoU_mean'] for p in points], 'o-',
+                        color=color, label=f'{name}: noise ({mode} sigma)')
+                ax.fill_between(xs, [p['mIoU_min'] for p in points],
+                                [p['mIoU_max'] for p in points],
+                                color=color, alpha=0.2, linewidth=0)
+            if clean is not None:
+                ax.axhline(clean, color=color, linestyle='--', linewidth=1,
+                           label=f'{name}: clean {clean:.1f}')
+            abl = results.get('ablation', {}).get(selection)
+            if abl is not None:
+                value = abl['metrics']['mIoU']
+                unused = clean is not None and attention_unused(clean, value)
+                suffix = ' - attention unused' if unused else ''
+                ax.axhline(value, color=color, linestyle=':', linewidth=1.5,
+                           label=f'{name}: attention removed {value:.1f}'
+                           f'{suffix}')
+                if unused:
+                    notes.append(
+                        f'{name}: removing the attention costs '
+                        f'{clean - value:+.2f} mIoU, so the attention is '
+                        'unused and its robustness is not informative')
+    ax.set_xscale('log')
+    ax.set_xlabel('sigma (noise std on the selected parameters)')
+    ax.set_ylabel('mIoU')
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.set_title(title or 'Robustness to parameter noise')
+    ax.legend(fontsize=7, loc='lower left')
+    if notes:
+        fig.text(0.01, 0.01, '\n'.join(notes), fontsize=7, color='darkred',
+                 va='bottom')
+        fig.subplots_adjust(bottom=0.12 + 0.03 * len(notes))
+    fig.savefig(out_file, dpi=120, bbox_inches='tight')
+    plt.close(fig)
+    return out_file
+
+
+def plot_folders(folders: Sequence[str], out_file: str,
+                 labels: Optional[Sequence[str]] = None,
+                 title: Optional[str] = None) -> str:
+    """Overlay the sweeps saved in ``folders``."""
+    runs = []
+    for i, folder in enumerate(folders):
+        results = load_results(folder)
+        label = labels[i] if labels else result_label(results, folder)
+        runs.append((label, results))
+    return plot_robustness(runs, out_file, title)

@@ -1,0 +1,119 @@
+"""Which parameters a noise sweep perturbs.
+
+Named targets (see :mod:`.sites` for what an attention layer's parameters
+are, per head type):
+
+``decoder-attention`` (default; the CBSA paper's setting)
+    every parameter of every attention layer of the decode head.
+``decoder``
+    every parameter of the decode head.
+``encoder-attention``
+    every parameter of every attention layer of the backbone.
+anything else
+    a regular expression, searched in the full parameter names
+    (``model.named_parameters()``), e.g. ``'decode_head\\.layers\\.0\\.'``.
+
+``layers`` restricts a selection to some attention layers (by their index
+among the sites of the target's scope), so one layer can be perturbed at a
+time.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import torch.nn as nn
+
+from .sites import AttentionSite, _unwrap, find_attention_sites
+
+NAMED_TARGETS = ('decoder-attention', 'decoder', 'encoder-attention')
+
+
+@dataclass
+class Selection:
+    """Parameters to perturb and the attention sites they belong to (the
+    sites are what the ablation reference removes)."""
+
+    label: str
+    target: str
+    parameters: List[Tuple[str, nn.Parameter]]
+    sites: List[AttentionSite]
+
+    @property
+    def numel(self) -> int:
+        return sum(p.numel() for _, p in self.parameters)
+
+    def describe(self) -> str:
+        lines = [f'selection {self.label!r} (target {self.target!r}): '
+                 f'{len(self.parameters)} tensors, {self.numel:,} values']
+        for name, p in self.parameters:
+            lines.append(f'  {name:<60} {tuple(p.shape)!s:<16} '
+                         f'{p.numel():>10,}')
+        if self.sites:
+            lines.append('  attention layers: ' + ', '.join(
+                f'[{s.index}] {s.name}' for s in self.sites))
+        return '\n'.join(lines)
+
+
+def _scope(target: str) -> str:
+    return 'backbone' if target == 'encoder-attention' else 'decode_head'
+
+
+def select_parameters(model: nn.Module,
+                      target: str = 'decoder-attention',
+                      layers: Optional[Sequence[int]] = None) -> Selection:
+    """Resolve a target (and optional layer indices) to parameters.
+
+    Raises:
+        ValueError: with the available choices, if nothing is selected or a
+            layer index does not exist.
+    """
+    model = _unwrap(model)
+    named = [(n, p) for n, p in model.named_parameters()]
+    if target in NAMED_TARGETS:
+        scope = _scope(target)
+        sites = find_attention_sites(model, scope)
+        if target == 'decoder':
+            params = [(n, p) for n, p in named
+                      if n.startswith('decode_head.')]
+        else:
+            params = [np for s in sites for np in s.named_parameters()]
+    else:
+        try:
+            pattern = re.compile(target)
+        except re.error as exc:
+            raise ValueError(
+                f'target {target!r} is neither one of {NAMED_TARGETS} nor a '
+                f'valid regular expression ({exc})') from None
+        params = [(n, p) for n, p in named if pattern.search(n)]
+        selected = {id(p) for _, p in params}
+        sites = [s for s in find_attention_sites(model, '')
+                 if any(id(p) in selected for _, p in s.named_parameters())]
+    if layers is not None:
+        all_sites = {s.index: s for s in (
+            find_attention_sites(model, _scope(target))
+            if target in NAMED_TARGETS else sites)}
+        missing = [i for i in layers if i not in all_sites]
+        if missing:
+            raise ValueError(
+                f'no attention layer {missing} for target {target!r}; '
+                f'layers: ' + ', '.join(f'[{i}] {s.name}'
+                                        for i, s in all_sites.items()))
+        sites = [all_sites[i] for i in layers]
+        keep = {id(p) for s in sites for _, p in s.named_parameters()}
+        params = [(n, p) for n, p in params if id(p) in keep]
+    if not params:
+        available = find_attention_sites(model, '')
+        msg = f'target {target!r} selects no parameters'
+        if target in NAMED_TARGETS and target != 'decoder':
+            msg += (f': the {_scope(target)} has no attention layers (e.g. '
+                    'a linear decoder); use --target decoder or a regular '
+                    'expression over parameter names')
+        if available:
+            msg += '; attention layers in this model: ' + ', '.join(
+                s.name for s in available)
+        raise ValueError(msg)
+    label = target if layers is None else (
+        f'{target}[{",".join(str(i) for i in layers)}]')
+    return Selection(label, target, params, sites)

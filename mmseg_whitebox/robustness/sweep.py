@@ -1,0 +1,315 @@
+"""The noise sweep: clean, ablated and noisy evaluations, saved as they
+finish.
+
+For every selection (all attention layers, or one layer at a time) and
+every sigma, ``num_seeds`` noise draws are evaluated; each draw perturbs the
+selected parameters, evaluates, and restores them bit for bit. Per sigma
+the mean, std, min and max of mIoU, aAcc and mAcc over the draws are kept,
+with the fraction of non-finite logits. Two references come with every
+sweep, because a flat robustness curve means something only next to them:
+
+* clean: the unperturbed model;
+* ablated: the selected attention layers' residual updates set to zero --
+  if this is within a point of clean, the attention is not used and its
+  "robustness" says nothing;
+
+and the attention usage ratios ``||update|| / ||residual stream||`` per
+layer, measured during the clean evaluation.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import os.path as osp
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch.nn as nn
+
+from .evaluation import Evaluate, NonFiniteCounter
+from .perturbation import MODES, ParameterNoise
+from .selection import Selection
+from .sites import ablate_attention, measure_attention_usage
+
+METRICS = ('mIoU', 'aAcc', 'mAcc')
+# the CBSA paper's grid (Fig. 8)
+PAPER_SIGMAS = (1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 1e-2, 2e-2, 3e-2, 4e-2, 5e-2,
+                0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+UNUSED_MARGIN = 1.0  # mIoU points: ablated within this of clean = unused
+
+
+def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
+    """Mean/std/min/max of each metric over draws."""
+    out: Dict[str, float] = {}
+    for key in METRICS:
+        values = [d[key] for d in draws if key in d]
+        if not values:
+            continue
+        out[f'{key}_mean'] = statistics.fmean(values)
+        out[f'{key}_std'] = statistics.pstdev(values) if len(values) > 1 \
+            else 0.0
+        out[f'{key}_min'] = min(values)
+        out[f'{key}_max'] = max(values)
+    out['nonfinite_fraction'] = statistics.fmean(
+        d.get('nonfinite_fraction', 0.0) for d in draws)
+    return out
+
+
+def attention_unused(clean: float, ablated: float,
+                     margin: float = UNUSED_MARGIN) -> bool:
+    return abs(clean - ablated) < margin
+
+
+class ResultStore:
+    """``results.json`` (everything, draws included), ``results.csv`` (one
+    row per finished point) and ``attention_usage.{json,csv}`` in one
+    folder, rewritten atomically after every draw so an interrupted sweep
+    loses at most the draw in progress. Without ``out_dir`` results are
+    kept in memory only."""
+
+    def __init__(self, out_dir: Optional[str] = None,
+                 setup: Optional[Dict[str, Any]] = None,
+                 resume: bool = False) -> None:
+        setup = dict(setup or {})
+        self.out_dir = out_dir
+        self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+        if self.json_path and osp.isfile(self.json_path):
+            with open(self.json_path) as f:
+                data = json.load(f)
+            if not resume:
+                raise FileExistsError(
+                    f'{out_dir} already holds sweep results; pass --resume '
+                    '(resume=True) to continue them, or choose another '
+                    'output folder')
+            old = data.get('setup', {})
+            diff = {k: (old.get(k), v) for k, v in setup.items()
+                    if k in old and old.get(k) != v}
+            if diff:
+                raise ValueError(
+                    f'cannot resume {out_dir}: it was made with different '
+                    'settings (' + '; '.join(
+                        f'{k}: {a!r} there, {b!r} now'
+                        for k, (a, b) in diff.items()) + ')')
+            self.data = data
+            self.data['setup'].update(setup)
+        else:
+            self.data = dict(setup=setup, clean=None, ablation={},
+                             attention_usage=[], points=[], partial={})
+
+    # -- access -----------------------------------------------------------
+    def point(self, selection: str, sigma: float) -> Optional[Dict]:
+        for p in self.data['points']:
+            if p['selection'] == selection and p['sigma'] == sigma:
+                return p
+        return None
+
+    def partial_draws(self, selection: str, sigma: float) -> List[Dict]:
+        return list(self.data['partial'].get(f'{selection}@{sigma!r}', []))
+
+    # -- updates (each one saved immediately) -----------------------------
+    def set_clean(self, metrics: Dict[str, float]) -> None:
+        self.data['clean'] = metrics
+        self.save()
+
+    def set_ablation(self, selection: str, result: Dict[str, Any]) -> None:
+        self.data['ablation'][selection] = result
+        self.save()
+
+    def set_usage(self, rows: List[Dict[str, Any]]) -> None:
+        self.data['attention_usage'] = rows
+        self.save()
+
+    def add_draw(self, selection: str, sigma: float, draw: Dict) -> None:
+        self.data['partial'].setdefault(f'{selection}@{sigma!r}',
+                                        []).append(draw)
+        self.save()
+
+    def finish_point(self, selection: str, sigma: float, mode: str) -> Dict:
+        draws = self.data['partial'].pop(f'{selection}@{sigma!r}')
+        point = dict(selection=selection, sigma=sigma, mode=mode,
+                     draws=draws, **summarize(draws))
+        self.data['points'].append(point)
+        self.save()
+        return point
+
+    # -- files ------------------------------------------------------------
+    def save(self) -> None:
+        if self.out_dir is None:
+            return
+        _atomic_json(self.json_path, self.data)
+        self._write_csv()
+        usage = self.data['attention_usage']
+        if usage:
+            _atomic_json(osp.join(self.out_dir, 'attention_usage.json'),
+                         usage)
+            _atomic_csv(osp.join(self.out_dir, 'attention_usage.csv'),
+                        list(usage[0]), usage)
+
+    def rows(self) -> List[Dict[str, Any]]:
+        """The CSV rows: clean, ablated (per selection), then the points."""
+        mode = self.data['setup'].get('mode', '')
+        rows = []
+        clean = self.data.get('clean')
+        if clean:
+            rows.append(dict(kind='clean', selection='', sigma=0.0,
+                             mode=mode, draws=1,
+                             **summarize([clean])))
+        for label, abl in self.data['ablation'].items():
+            rows.append(dict(kind='ablated', selection=label, sigma='',
+                             mode='', draws=1,
+                             **summarize([abl['metrics']])))
+        for p in sorted(self.data['points'],
+                        key=lambda p: (p['selection'], p['sigma'])):
+            rows.append(dict(kind='noise', draws=len(p['draws']),
+                             **{k: v for k, v in p.items() if k != 'draws'}))
+        return rows
+
+    def _write_csv(self) -> None:
+        rows = self.rows()
+        if not rows:
+            return
+        fields = ['kind', 'selection', 'sigma', 'mode', 'draws']
+        fields += [f'{m}_{s}' for m in METRICS
+                   for s in ('mean', 'std', 'min', 'max')]
+        fields += ['nonfinite_fraction']
+        _atomic_csv(osp.join(self.out_dir, 'results.csv'), fields, rows)
+
+
+def _atomic_json(path: str, obj: Any) -> None:
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _atomic_csv(path: str, fields: Sequence[str],
+                rows: List[Dict[str, Any]]) -> None:
+    tmp = path + '.tmp'
+    with open(tmp, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=list(fields),
+                                extrasaction='ignore')
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+class NoiseSweep:
+    """Run a sweep (see module docstring).
+
+    Args:
+        model: the model ``evaluate`` evaluates (its parameters are the
+            ones in ``selections``).
+        evaluate: callable returning the current test metrics, e.g. a
+            :class:`~.evaluation.RunnerEvaluation`.
+        selections: what to perturb; several for one layer at a time.
+        sigmas: noise standard deviations (0 is the clean model).
+        num_seeds: noise draws per sigma; draw ``i`` uses seed
+            ``seed + i``.
+        mode: ``'absolute'`` or ``'relative'``.
+        store: where results go (in-memory only if None).
+        ablation: also evaluate the ablation reference per selection.
+        on_progress: called with a short status string after each
+            evaluation (e.g. to advance a progress bar).
+    """
+
+    def __init__(self,
+                 model: nn.Module,
+                 evaluate: Evaluate,
+                 selections: Sequence[Selection],
+                 sigmas: Sequence[float],
+                 num_seeds: int = 3,
+                 mode: str = 'absolute',
+                 seed: int = 0,
+                 store: Optional[ResultStore] = None,
+                 ablation: bool = True,
+                 on_progress: Optional[Callable[[str], None]] = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+        if num_seeds < 1:
+            raise ValueError('num_seeds must be >= 1')
+        bad = [s for s in sigmas if not s >= 0]
+        if bad:
+            raise ValueError(f'sigmas must be >= 0, got {bad}')
+        self.model = model
+        self.evaluate = evaluate
+        self.selections = list(selections)
+        self.sigmas = sorted({float(s) for s in sigmas})
+        self.num_seeds = num_seeds
+        self.mode = mode
+        self.seed = seed
+        self.store = store if store is not None else ResultStore()
+        self.ablation = ablation
+        self.on_progress = on_progress or (lambda status: None)
+
+    @property
+    def num_evaluations(self) -> int:
+        """Evaluations still to run (for progress bars)."""
+        n = 0 if self.store.data.get('clean') else 1
+        if self.ablation:
+            n += sum(1 for s in self.selections if s.sites
+                     and s.label not in self.store.data['ablation'])
+        for sel in self.selections:
+            for sigma in self.sigmas:
+                if self.store.point(sel.label, sigma):
+                    continue
+                draws = 1 if sigma == 0 else self.num_seeds
+                n += draws - len(self.store.partial_draws(sel.label, sigma))
+        return n
+
+    def _evaluate(self) -> Dict[str, float]:
+        with NonFiniteCounter(self.model) as counter:
+            metrics = self.evaluate()
+        metrics = {k: metrics[k] for k in METRICS if k in metrics}
+        metrics['nonfinite_fraction'] = counter.fraction
+        return metrics
+
+    def run(self) -> Dict[str, Any]:
+        store = self.store
+        if not store.data.get('clean'):
+            sites = [s for sel in self.selections for s in sel.sites]
+            sites = list({s.name: s for s in sites}.values())
+            start = time.time()
+            with measure_attention_usage(sites) as usage:
+                clean = self._evaluate()
+            clean['seconds'] = time.time() - start
+            store.set_usage(usage.summary())
+            store.set_clean(clean)
+            self.on_progress(f'clean mIoU {clean["mIoU"]:.2f}')
+        clean_miou = store.data['clean']['mIoU']
+        if self.ablation:
+            for sel in self.selections:
+                if not sel.sites or sel.label in store.data['ablation']:
+                    continue
+                with ablate_attention(sel.sites):
+                    metrics = self._evaluate()
+                store.set_ablation(sel.label, dict(
+                    metrics=metrics,
+                    sites=[s.name for s in sel.sites],
+                    attention_unused=attention_unused(clean_miou,
+                                                      metrics['mIoU'])))
+                self.on_progress(f'{sel.label} ablated mIoU '
+                                 f'{metrics["mIoU"]:.2f}')
+        for sel in self.selections:
+            for sigma in self.sigmas:
+                if store.point(sel.label, sigma):
+                    continue
+                draws = 1 if sigma == 0 else self.num_seeds
+                done = {d['seed'] for d in store.partial_draws(sel.label,
+                                                               sigma)}
+                for i in range(draws):
+                    seed = self.seed + i
+                    if seed in done:
+                        continue
+                    with ParameterNoise(sel.parameters, sigma, self.mode,
+                                        seed):
+                        metrics = self._evaluate()
+                    store.add_draw(sel.label, sigma, dict(seed=seed,
+                                                          **metrics))
+                    self.on_progress(f'{sel.label} sigma {sigma:g} seed '
+                                     f'{seed}: mIoU {metrics["mIoU"]:.2f}')
+                store.finish_point(sel.label, sigma, self.mode)
+        return store.data

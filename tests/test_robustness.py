@@ -1,0 +1,397 @@
+"""The noise evaluator: selections per head type, exact restoration,
+reproducibility, ablation, usage ratios, resume, and the CLI."""
+import glob
+import json
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from mmseg_whitebox.robustness import (LoopEvaluation, NoiseSweep,
+                                       ParameterNoise, ResultStore,
+                                       ablate_attention, find_attention_sites,
+                                       measure_attention_usage,
+                                       select_parameters)
+from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
+
+from _helpers import REPO, run_tool, small_run_options
+
+CONFIGS = {
+    'segmenter': 'configs/segmenter/'
+    'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py',
+    'cbsa': 'configs/cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'cbsa-rigorous': 'configs/cbsa/'
+    'cbsa-rigorous_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'depict-sa': 'configs/depict/'
+    'depict-sa_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'depict-ca': 'configs/depict/'
+    'depict-ca_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'tost': 'configs/tost/tost_vit-demo_1xb8-800iter_synthade-128x128.py',
+}
+# the documented definition (mmseg_whitebox.robustness.sites), per layer
+EXPECTED = {
+    'segmenter': {'attn.attn.in_proj_weight', 'attn.attn.in_proj_bias',
+                  'attn.attn.out_proj.weight', 'attn.attn.out_proj.bias'},
+    'cbsa': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
+             'attn.eta', 'attn.kappa'},
+    'cbsa-rigorous': {'attn.proj.weight', 'attn.eta', 'attn.kappa'},
+    'depict-sa': {'attn.proj.weight', 'attn.step_size'},
+    'depict-ca': {'attn.proj.weight', 'attn.step_size'},
+    'tost': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
+             'attn.temp'},
+}
+LAYERS = {'segmenter': ['layers.0', 'layers.1'],
+          'depict-ca': ['layers.0', 'layers.1', 'layers.2', 'cross_layers.0',
+                        'cross_layers.1', 'cross_layers.2']}
+
+
+def build_model(name, **cfg_changes):
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    cfg = Config.fromfile(osp.join(REPO, CONFIGS[name]))
+    cfg.model.decode_head.update(cfg_changes)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.eval()
+
+
+def snapshot(model):
+    return {k: v.detach().cpu().numpy().tobytes()
+            for k, v in model.state_dict().items()}
+
+
+def forward(model, seed=1):
+    x = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(
+        seed))
+    with torch.no_grad():
+        return model(x, mode='tensor')
+
+
+@pytest.mark.parametrize('name', list(CONFIGS))
+def test_decoder_attention_selection_matches_definition(name):
+    model = build_model(name)
+    sel = select_parameters(model, 'decoder-attention')
+    layers = LAYERS.get(name, ['layers.0', 'layers.1', 'layers.2'])
+    expected = {f'decode_head.{layer}.{p}' for layer in layers
+                for p in EXPECTED[name]}
+    assert {n for n, _ in sel.parameters} == expected
+    assert [s.index for s in sel.sites] == list(range(len(layers)))
+    # nothing outside attention: no norms, MLPs, class embeddings
+    assert not any('norm' in n or 'ffn' in n or 'cls_emb' in n
+                   for n, _ in sel.parameters)
+
+
+def test_other_targets_layers_and_errors():
+    model = build_model('cbsa')
+    decoder = select_parameters(model, 'decoder')
+    assert {n for n, _ in decoder.parameters} == {
+        n for n, _ in model.named_parameters() if n.startswith('decode_head')}
+    enc = select_parameters(model, 'encoder-attention')
+    assert {n for n, _ in enc.parameters} == {
+        f'backbone.layers.{i}.attn.attn.{p}' for i in range(4)
+        for p in ('in_proj_weight', 'in_proj_bias', 'out_proj.weight',
+                  'out_proj.bias')}
+    one = select_parameters(model, 'decoder-attention', layers=[1])
+    assert {n for n, _ in one.parameters} == {
+        f'decode_head.layers.1.{p}' for p in EXPECTED['cbsa']}
+    assert one.label == 'decoder-attention[1]'
+    regex = select_parameters(model, r'layers\.2\.attn\.(eta|kappa)')
+    assert [n for n, _ in regex.parameters] == [
+        'decode_head.layers.2.attn.eta', 'decode_head.layers.2.attn.kappa']
+    assert [s.name for s in regex.sites] == ['decode_head.layers.2.attn']
+    with pytest.raises(ValueError, match='no attention layer'):
+        select_parameters(model, 'decoder-attention', layers=[7])
+    with pytest.raises(ValueError, match='selects no parameters'):
+        select_parameters(model, 'nothing_matches_this')
+    with pytest.raises(ValueError, match='regular expression'):
+        select_parameters(model, '([')
+
+
+def test_linear_decoder_has_no_attention():
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    cfg = Config.fromfile(osp.join(REPO, CONFIGS['segmenter']))
+    cfg.model.decode_head = dict(
+        type='FCNHead', in_channels=96, channels=96, num_convs=0,
+        concat_input=False, num_classes=150)
+    model = MODELS.build(cfg.model)
+    with pytest.raises(ValueError, match='--target decoder'):
+        select_parameters(model, 'decoder-attention')
+
+
+def test_noise_statistics_and_only_selected_parameters_change():
+    model = build_model('cbsa')
+    sel = select_parameters(model, 'decoder-attention')
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    chosen = {n for n, _ in sel.parameters}
+    with ParameterNoise(sel.parameters, 0.05, 'absolute', seed=3):
+        deltas = []
+        for n, p in model.named_parameters():
+            if n in chosen:
+                deltas.append((p - before[n]).flatten())
+            else:
+                assert torch.equal(p, before[n]), n
+        std = torch.cat(deltas).std().item()
+        assert 0.045 < std < 0.055
+    w = dict(model.named_parameters())['decode_head.layers.0.attn.proj.weight']
+    rms = w.detach().pow(2).mean().sqrt().item()
+    with ParameterNoise(sel.parameters, 0.5, 'relative', seed=3):
+        delta = (w - before['decode_head.layers.0.attn.proj.weight'])
+        assert 0.45 * rms < delta.std().item() < 0.55 * rms
+
+
+def test_same_seed_same_noise_other_seed_differs():
+    model = build_model('cbsa')
+    sel = select_parameters(model, 'decoder-attention')
+    outs = []
+    for seed in (0, 0, 1):
+        with ParameterNoise(sel.parameters, 0.1, seed=seed):
+            outs.append(forward(model))
+    assert torch.equal(outs[0], outs[1])
+    assert not torch.equal(outs[0], outs[2])
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize('failure', [Boom, KeyboardInterrupt])
+def test_bitwise_restoration_on_failure_mid_evaluation(failure):
+    model = build_model('depict-ca')
+    before = snapshot(model)
+    sel = select_parameters(model, 'decoder')
+    calls = []
+
+    def evaluate():
+        calls.append(1)
+        forward(model)
+        if len(calls) == 4:  # clean, ablated, one draw, then fail
+            raise failure('injected')
+        return dict(mIoU=50.0, aAcc=80.0, mAcc=60.0)
+
+    sweep = NoiseSweep(model, evaluate, [sel], [0.1, 1.0], num_seeds=2)
+    with pytest.raises(failure):
+        sweep.run()
+    assert len(calls) == 4
+    assert snapshot(model) == before
+    # the finished draw was kept, the failed one was not
+    assert len(sweep.store.partial_draws('decoder', 0.1)) == 1
+
+
+def test_bitwise_restoration_after_a_sweep_and_interrupted_noise():
+    model = build_model('cbsa')
+    before = snapshot(model)
+    sel = select_parameters(model, 'decoder-attention')
+
+    def evaluate():
+        out = forward(model)
+        return dict(mIoU=float(out.abs().mean()), aAcc=0.0, mAcc=0.0)
+
+    NoiseSweep(model, evaluate, [sel], [1e-3, 0.1, 10.0],
+               num_seeds=2).run()
+    assert snapshot(model) == before
+    # an interruption while the noise is being added also restores
+    params = list(sel.parameters)
+
+    class Interrupting(list):
+        def __iter__(self):
+            for i, item in enumerate(params):
+                if i == 3:
+                    raise KeyboardInterrupt
+                yield item
+
+    noise = ParameterNoise(params, 1.0)
+    noise.parameters = Interrupting()
+    with pytest.raises(KeyboardInterrupt):
+        with noise:
+            pass
+    assert snapshot(model) == before
+
+
+def predict(model):
+    """A forward in predict mode, through the segmentor's __call__."""
+    from mmseg.structures import SegDataSample
+    sample = SegDataSample()
+    sample.set_metainfo(dict(img_shape=(64, 96), ori_shape=(64, 96),
+                             pad_shape=(64, 96)))
+    x = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return model(x, [sample], mode='predict')
+
+
+def test_nonfinite_predictions_are_recorded_not_fatal():
+    model = build_model('tost')
+    sel = select_parameters(model, 'decoder')
+
+    def evaluate():
+        predict(model)
+        return dict(mIoU=1.0, aAcc=1.0, mAcc=1.0)
+
+    data = NoiseSweep(model, evaluate, [sel], [1e-3, 1e30],
+                      num_seeds=1).run()
+    assert data['clean']['nonfinite_fraction'] == 0
+    small, huge = data['points']
+    assert small['nonfinite_fraction'] == 0
+    assert huge['nonfinite_fraction'] > 0
+
+
+@pytest.mark.parametrize('name', list(CONFIGS))
+def test_ablation_equals_attention_zeroed_by_hand(name):
+    model = build_model(name)
+    sites = find_attention_sites(model)
+    with ablate_attention(sites):
+        ablated = forward(model)
+    clean = forward(model)
+    assert not torch.allclose(ablated, clean)
+    # by hand: every attention layer returns a zero update
+    for site in sites:
+        if site.kind == KIND_MMCV_MHA:
+            site.attention.forward = (
+                lambda query, *a, identity=None, **kw: identity)
+        elif name == 'depict-ca' and 'cross' in site.name:
+            site.attention.forward = lambda query, x: torch.zeros_like(query)
+        else:
+            site.attention.forward = (
+                lambda x, *a, **kw: torch.zeros_like(x))
+    torch.testing.assert_close(forward(model), ablated, rtol=0, atol=0)
+
+
+def test_usage_ratio_on_known_updates():
+    """Known cases: an mmcv attention whose update is a constant vector b
+    per token (zero output weights, bias b): ratio sqrt(N)*||b|| / ||x||;
+    a white-box layer whose operator returns c * LayerNorm(x): ratio
+    c*sqrt(N*d)/||x|| (a LayerNorm output has norm sqrt(d) per token)."""
+    model = build_model('segmenter')
+    site = find_attention_sites(model)[0]
+    out_proj = site.attention.attn.out_proj
+    with torch.no_grad():
+        out_proj.weight.zero_()
+        out_proj.bias.copy_(torch.linspace(-1, 1, 96))
+    x = torch.randn(2, 20, 96)
+    with measure_attention_usage([site]) as usage, torch.no_grad():
+        model.decode_head.layers[0](x)
+    expected = (20**0.5 * out_proj.bias.detach().norm() /
+                x.flatten(1).norm(dim=1))
+    np.testing.assert_allclose(usage.ratios[site.name], expected, rtol=1e-5)
+    rows = usage.summary()
+    assert rows[0]['images'] == 2 and rows[0]['layer'] == 0
+
+    model = build_model('cbsa')
+    site = find_attention_sites(model)[1]
+    site.attention.forward = lambda x, **kw: 0.25 * x
+    x = torch.randn(3, 30, 96) * 4
+    with measure_attention_usage([site]) as usage, torch.no_grad():
+        model.decode_head.layers[1](x, hw=(5, 6))
+    expected = 0.25 * (30 * 96)**0.5 / x.flatten(1).norm(dim=1)
+    np.testing.assert_allclose(usage.ratios[site.name], expected, rtol=1e-3)
+
+
+def test_resume_skips_finished_points_and_draws(tmp_path):
+    model = build_model('cbsa')
+    sel = select_parameters(model, 'decoder-attention')
+    calls = []
+
+    def evaluate():
+        calls.append(1)
+        return dict(mIoU=float(len(calls)), aAcc=1.0, mAcc=1.0)
+
+    setup = dict(mode='absolute', num_seeds=2, target='decoder-attention')
+    NoiseSweep(model, evaluate, [sel], [0.01, 0.1], 2,
+               store=ResultStore(str(tmp_path), setup)).run()
+    assert len(calls) == 2 + 2 * 2  # clean, ablated, 2 sigmas x 2 draws
+    with pytest.raises(FileExistsError, match='--resume'):
+        ResultStore(str(tmp_path), setup)
+    with pytest.raises(ValueError, match='num_seeds'):
+        ResultStore(str(tmp_path), dict(setup, num_seeds=3), resume=True)
+    calls.clear()
+    store = ResultStore(str(tmp_path), setup, resume=True)
+    sweep = NoiseSweep(model, evaluate, [sel], [0.01, 0.1, 1.0], 2,
+                       store=store)
+    assert sweep.num_evaluations == 2
+    data = sweep.run()
+    assert len(calls) == 2  # only sigma 1.0
+    assert [p['sigma'] for p in data['points']] == [0.01, 0.1, 1.0]
+    with open(tmp_path / 'results.csv') as f:
+        lines = f.read().strip().splitlines()
+    assert lines[0].startswith('kind,selection,sigma')
+    assert [ln.split(',')[0] for ln in lines[1:]] == [
+        'clean', 'ablated', 'noise', 'noise', 'noise']
+
+
+def test_loop_evaluation_with_real_metric(tiny_ade):
+    """The library API on a model, dataloader and evaluator built by
+    hand, with mmseg's dataset, pipeline and IoUMetric."""
+    from mmengine.runner import Runner
+    cfg = Config.fromfile(osp.join(REPO, CONFIGS['cbsa']))
+    cfg.test_dataloader.dataset.data_root = tiny_ade
+    cfg.test_dataloader.num_workers = 0
+    cfg.test_dataloader.persistent_workers = False
+    model = build_model('cbsa')
+    loader = Runner.build_dataloader(cfg.test_dataloader)
+    evaluate = LoopEvaluation(model, loader, cfg.test_evaluator)
+    sel = select_parameters(model, 'decoder-attention')
+    data = NoiseSweep(model, evaluate, [sel], [0.0, 0.5], 2).run()
+    clean = data['clean']['mIoU']
+    zero = [p for p in data['points'] if p['sigma'] == 0.0][0]
+    assert len(zero['draws']) == 1 and zero['mIoU_mean'] == clean
+    assert 0 <= data['points'][1]['mIoU_mean'] <= 100
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tiny_ade, tmp_path_factory):
+    work = tmp_path_factory.mktemp('nr')
+    run_tool(['tools/train.py', CONFIGS['cbsa-rigorous'], '--work-dir',
+              str(work), '--cfg-options'] +
+             small_run_options(tiny_ade, iters=4))
+    return dict(ckpt=str(work / 'iter_4.pth'), data_root=tiny_ade)
+
+
+def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
+                                                         tmp_path):
+    opts = ['--cfg-options'] + small_run_options(checkpoint['data_root'], 4)
+    run_tool(['tools/test.py', CONFIGS['cbsa-rigorous'], checkpoint['ckpt'],
+              '--work-dir', str(tmp_path / 'test')] + opts)
+    with open(glob.glob(str(tmp_path / 'test' / '*' / '*.json'))[0]) as f:
+        test_miou = json.load(f)['mIoU']
+    out = tmp_path / 'sweep'
+    cmd = ['tools/noise_robustness.py', CONFIGS['cbsa-rigorous'],
+           checkpoint['ckpt'], '--sigmas', '0', '0.05', '--seeds', '2',
+           '--out', str(out), '--work-dir', str(tmp_path / 'w')]
+    proc = run_tool(cmd + opts)
+    assert 'decode_head.layers.0.attn.proj.weight' in proc.stdout
+    assert 'attention usage' in proc.stdout
+    with open(out / 'results.json') as f:
+        data = json.load(f)
+    assert data['clean']['mIoU'] == test_miou
+    assert data['points'][0]['sigma'] == 0 and \
+        data['points'][0]['mIoU_mean'] == test_miou
+    for name in ('results.csv', 'attention_usage.csv', 'robustness.png'):
+        assert (out / name).is_file(), name
+    # existing results are never overwritten silently
+    again = run_tool(cmd + opts, check=False)
+    assert again.returncode != 0 and '--resume' in again.stderr
+    # resume: only the new sigma runs
+    resumed = run_tool(cmd[:4] + ['0', '0.05', '0.5'] + cmd[6:] +
+                       ['--resume'] + opts)
+    assert '2/2' in resumed.stdout  # 2 evaluations: sigma 0.5 x 2 draws
+    with open(out / 'results.json') as f:
+        assert [p['sigma'] for p in json.load(f)['points']] == [0, 0.05,
+                                                                 0.5]
+    # per-layer sweeps and comparison plots
+    layered = tmp_path / 'layers'
+    run_tool(['tools/noise_robustness.py', CONFIGS['cbsa-rigorous'],
+              checkpoint['ckpt'], '--sigmas', '0.1', '--seeds', '1',
+              '--layers', 'each', '--mode', 'relative', '--no-ablation',
+              '--out', str(layered), '--compare', str(out), '--work-dir',
+              str(tmp_path / 'w2')] + opts)
+    with open(layered / 'results.json') as f:
+        labels = [p['selection'] for p in json.load(f)['points']]
+    assert labels == ['decoder-attention[0]', 'decoder-attention[1]',
+                      'decoder-attention[2]']
+    plot = run_tool(['tools/analysis_tools/plot_robustness.py', str(out),
+                     str(layered), '--out', str(tmp_path / 'cmp.png')])
+    assert (tmp_path / 'cmp.png').is_file(), plot.stdout

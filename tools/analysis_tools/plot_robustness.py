@@ -1,0 +1,42 @@
+"""Overlay the robustness curves of several noise sweeps in one plot.
+
+    python tools/analysis_tools/plot_robustness.py SWEEP_DIR [SWEEP_DIR ...] \
+        --out compare.png [--labels A B ...] [--title TEXT]
+
+Each SWEEP_DIR is an output folder of tools/noise_robustness.py. Every model
+gets its noise curve (mean, min-max band), its clean mIoU (dashed) and its
+mIoU with the perturbed attention removed (dotted).
+"""
+import argparse
+import os.path as osp
+import sys
+
+sys.path.insert(
+    0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from mmseg_whitebox.robustness.plotting import plot_folders  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('folders', nargs='+', help='noise sweep output folders')
+    p.add_argument('--out', default='robustness_compare.png',
+                   help='PNG to write')
+    p.add_argument('--labels', nargs='+', help='legend labels, one per folder')
+    p.add_argument('--title', help='plot title')
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> str:
+    args = parse_args(argv)
+    if args.labels and len(args.labels) != len(args.folders):
+        raise SystemExit('error: give one --labels entry per folder')
+    try:
+        path = plot_folders(args.folders, args.out, args.labels, args.title)
+    except FileNotFoundError as exc:
+        raise SystemExit(f'error: {exc}')
+    print(f'wrote {path}')
+    return path
+
+
+if __name__ == '__main__':
+    main()

@@ -13,3 +13,22 @@ def tiny_ade(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp('tiny_ade')
     return generate_synthetic_ade20k(
         str(out), num_train=8, num_val=3, image_size=(96, 112), seed=1)
+
+
+@pytest.fixture(scope='session')
+def tiny_checkpoint(tiny_ade, tmp_path_factory):
+    """``tiny_checkpoint(config)``: a checkpoint of ``config`` trained for 4
+    iterations on ``tiny_ade`` with tools/train.py (once per config)."""
+    from _helpers import run_tool, small_run_options
+    cache = {}
+
+    def get(config: str) -> str:
+        if config not in cache:
+            work = tmp_path_factory.mktemp('ckpt')
+            run_tool(['tools/train.py', config, '--work-dir', str(work),
+                      '--cfg-options'] +
+                     small_run_options(tiny_ade, iters=4))
+            cache[config] = str(work / 'iter_4.pth')
+        return cache[config]
+
+    return get

@@ -342,12 +342,9 @@ def test_loop_evaluation_with_real_metric(tiny_ade):
 
 
 @pytest.fixture(scope='module')
-def checkpoint(tiny_ade, tmp_path_factory):
-    work = tmp_path_factory.mktemp('nr')
-    run_tool(['tools/train.py', CONFIGS['cbsa-rigorous'], '--work-dir',
-              str(work), '--cfg-options'] +
-             small_run_options(tiny_ade, iters=4))
-    return dict(ckpt=str(work / 'iter_4.pth'), data_root=tiny_ade)
+def checkpoint(tiny_ade, tiny_checkpoint):
+    return dict(ckpt=tiny_checkpoint(CONFIGS['cbsa-rigorous']),
+                data_root=tiny_ade)
 
 
 def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,

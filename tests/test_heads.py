@@ -171,8 +171,9 @@ def val_mious(log: str):
 def test_head_trains_through_tools_and_miou_rises(name, tiny_ade,
                                                   tmp_path):
     """Validate after the first iteration and after the last: the demo
-    model must have learnt something in between."""
-    iters = 60
+    model must have learnt something in between (120 iterations: DEPICT's
+    N(0, 1) step sizes make it the slowest starter, ~5 mIoU at 60)."""
+    iters = 120
     opts = small_run_options(tiny_ade, iters=iters, batch_size=4) + [
         # validate after iteration 1, then every `iters` (after the last)
         'train_cfg.val_interval=1',
@@ -184,4 +185,4 @@ def test_head_trains_through_tools_and_miou_rises(name, tiny_ade,
                      str(tmp_path), '--cfg-options'] + opts)
     mious = val_mious(proc.stdout + proc.stderr)
     assert len(mious) == 2, mious
-    assert mious[1] > mious[0] + 5, mious
+    assert mious[1] > mious[0] + 10, mious

@@ -10,6 +10,11 @@ import torch.nn.functional as F
 from mmseg_whitebox.analysis.complexity import flop_analyzer
 from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
 
+from _helpers import import_tool
+
+straightforward_cbsa = import_tool(
+    'tools/analysis_tools/benchmark_decoders.py').straightforward_cbsa
+
 
 
 @pytest.fixture(autouse=True)
@@ -159,37 +164,15 @@ def test_cbsa_matches_paper_equations(out_proj, h, w, rep, extra_before,
         torch.testing.assert_close(out[b], ref.t())
 
 
-def published_listing(op, x, num_cls):
-    """The CBSA paper's Appendix D listing as used by the published
-    decoder: square grid, class tokens at the end, an AdaptiveAvgPool2d on
-    the projected patch tokens, attention(q, k, v) = softmax(q k^T s) v."""
-    b, n, _ = x.shape
-    side = int((n - num_cls)**0.5)
-    K, p = op.num_heads, op.head_dim
-    w = op.proj(x)
-    rep = F.adaptive_avg_pool2d(
-        w[:, :-num_cls].reshape(b, side, side, K * p).permute(0, 3, 1, 2),
-        op.rep_grid).reshape(b, K * p, -1).permute(0, 2, 1)
-    w = w.reshape(b, n, K, p).permute(0, 2, 1, 3)
-    rep = rep.reshape(b, -1, K, p).permute(0, 2, 1, 3)
-
-    def attention(q, k, v):
-        a = torch.softmax(q @ k.transpose(-1, -2) * p**-0.5, dim=-1)
-        return a @ v, a
-
-    delta, attn = attention(rep, w, w)
-    rep = rep + op.eta * delta
-    x_delta, _ = attention(rep, rep, rep)
-    x_delta = op.kappa * (attn.transpose(-1, -2) @ x_delta)
-    x_delta = x_delta.permute(0, 2, 1, 3).reshape(b, n, K * p)
-    return op.out_proj(x_delta)
-
-
 def test_cbsa_reproduces_published_listing_on_square_grids():
+    """The CBSA paper's Appendix D listing, as the decoder benchmark's
+    straightforward baseline writes it (square grid, class tokens at the
+    end), computes what the library computes."""
     torch.manual_seed(0)
     op = CBSA(30, num_heads=3, head_dim=10, rep_grid=(5, 5))
     x = torch.randn(2, 100 + 7, 30)
-    torch.testing.assert_close(op(x, (10, 10)), published_listing(op, x, 7))
+    torch.testing.assert_close(op(x, (10, 10)),
+                               straightforward_cbsa(op, x, 10, 10))
 
 
 def test_cbsa_stop_gradient_on_initial_representatives():
@@ -265,18 +248,20 @@ def cbsa_flops(n_grid, rep, d=64, k=2, p=16, extra=10):
 
 def test_cbsa_cost_is_linear_in_tokens_and_representatives():
     d, k, p = 64, 2, 16
-    # per grid token: U^T z and the way back, extraction (2 products) and
-    # broadcast (each linear in the number of representatives m), and the
-    # pooled initialisation (mmengine counts 1 per pooled element)
+    # per grid token: U^T z, extraction (2 products) and the broadcast
+    # straight back to R^d (each linear in the number of representatives
+    # m), and the pooled initialisation (mmengine counts 1 per pooled
+    # element)
     for m_side in (2, 4, 8):
         m = m_side**2
         f1 = cbsa_flops(16**2, (m_side, m_side))
         f2 = cbsa_flops(32**2, (m_side, m_side))
         per_token = (f2 - f1) / (32**2 - 16**2)
-        assert per_token == 2 * d * k * p + 3 * k * m * p + k * p
-    # doubling the representatives adds 3*K*N*p per extra representative
-    # plus the contraction among them (2*K*m^2*p, independent of N)
+        assert per_token == d * k * p + 2 * k * m * p + k * m * d + k * p
+    # more representatives: per extra representative 2*K*N*p (extraction)
+    # + K*N*d (broadcast) + K*p*d (its value taken back to R^d), plus the
+    # contraction among them (2*K*m^2*p, independent of N)
     n = 16**2 + 10
     f_small, f_big = cbsa_flops(16**2, (4, 4)), cbsa_flops(16**2, (8, 8))
-    assert f_big - f_small == 3 * k * n * p * (64 - 16) + 2 * k * p * (
-        64**2 - 16**2)
+    assert f_big - f_small == (2 * k * n * p + k * n * d + k * p * d) * (
+        64 - 16) + 2 * k * p * (64**2 - 16**2)

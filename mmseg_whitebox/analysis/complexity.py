@@ -1,10 +1,11 @@
 """Decoder FLOPs and parameters with mmengine's complexity analysis.
 
 mmengine's ``FlopAnalyzer`` (fvcore-style: one fused multiply-add counts as
-one flop) has no handle for ``aten::scaled_dot_product_attention``, which
-the white-box operators use, so it would silently count their attention as
-free. :func:`flop_analyzer` adds that handle (``B*h*Lq*Lk*(E+Ev)``
-multiply-adds, the two matrix products of attention) and otherwise leaves
+one flop) has no handles for ``aten::scaled_dot_product_attention`` and
+``aten::baddbmm``, which the white-box operators use, so it would silently
+count those products as free. :func:`flop_analyzer` adds both handles
+(attention: ``B*h*Lq*Lk*(E+Ev)`` multiply-adds, its two matrix products;
+``baddbmm``: the batched product, as ``bmm``) and otherwise leaves
 mmengine's counting as it is.
 """
 from __future__ import annotations
@@ -28,12 +29,21 @@ def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
     return n * lq * lk * (e + ev)
 
 
+def baddbmm_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """Multiply-adds of ``input + b1 @ b2`` (the addition is free, as in
+    mmengine's ``addmm``)."""
+    b, n, c = get_shape(inputs[1])
+    d = get_shape(inputs[2])[-1]
+    return b * n * c * d
+
+
 def flop_analyzer(model: nn.Module, inputs: Tuple) -> FlopAnalyzer:
     """mmengine's FlopAnalyzer with attention counted; quiet about the
     elementwise ops it ignores (norms, softmax, additions)."""
     analyzer = FlopAnalyzer(model, inputs)
     analyzer.set_op_handle('aten::scaled_dot_product_attention',
                            sdpa_flop_jit)
+    analyzer.set_op_handle('aten::baddbmm', baddbmm_flop_jit)
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
     return analyzer

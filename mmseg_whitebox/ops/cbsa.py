@@ -93,13 +93,14 @@ class CBSA(SubspaceAttention):
     def initial_representatives(self, w: torch.Tensor, hw: Tuple[int, int],
                                 grid_start: int) -> torch.Tensor:
         """``sg(avgpool(U^T Z_grid))``: ``(B, K, m, p)``."""
-        b, k, n, p = w.shape
+        b, k, _, p = w.shape
         h, wd = hw
-        grid = w[:, :, grid_start:grid_start + h * wd]
-        grid = grid.reshape(b * k, h, wd, p).permute(0, 3, 1, 2)
-        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)
-        rep = rep.reshape(b, k, p, -1).transpose(-1, -2)
-        return rep.detach()
+        # (B, N, K, p) is how project() lays w out: the grid slice then is
+        # an (H, W, K*p) channels-last image, pooled without a copy
+        grid = w.detach().transpose(1, 2)[:, grid_start:grid_start + h * wd]
+        grid = grid.reshape(b, h, wd, k * p).permute(0, 3, 1, 2)
+        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)  # (B, K*p, rh, rw)
+        return rep.reshape(b, k, p, -1).transpose(-1, -2)
 
     def forward(self,
                 x: torch.Tensor,
@@ -120,6 +121,14 @@ class CBSA(SubspaceAttention):
 
         Returns:
             The update ``(B, N, d)`` (and ``A``).
+
+        Every product runs over all subspaces at once, and nothing larger
+        than ``m x N`` per subspace is formed: ``A`` is materialised once
+        (linear in ``N``) and serves the extraction, the broadcast and the
+        backward pass; scale factors and step sizes are applied to the
+        ``m`` representatives, never to ``N``-sized tensors; the broadcast
+        and the projection back are one product
+        (:meth:`~SubspaceAttention.broadcast_back`).
         """
         b, n, _ = x.shape
         h, wd = hw
@@ -131,14 +140,13 @@ class CBSA(SubspaceAttention):
         rep0 = self.initial_representatives(w, (h, wd), grid_start)
         # extraction, eq. (5): A (B, K, m, N), softmax over tokens
         attn = torch.softmax(
-            torch.matmul(rep0, w.transpose(-1, -2)) * self.scale, dim=-1)
+            torch.matmul(rep0 * self.scale, w.transpose(-1, -2)), dim=-1)
         rep = rep0 + self.eta * torch.matmul(attn, w)
         # contraction among the m representatives, eq. (8)
         contraction = F.scaled_dot_product_attention(
             rep, rep, rep, scale=self.scale)
-        # broadcast with the transposed extraction attention
-        delta = self.kappa * torch.matmul(attn.transpose(-1, -2), contraction)
-        out = self.project_back(delta)
+        # broadcast with the transposed extraction attention, and back
+        out = self.broadcast_back(attn, self.kappa * contraction)
         return (out, attn) if return_attn else out
 
     def extra_repr(self) -> str:

@@ -29,8 +29,10 @@ class MSSA(SubspaceAttention):
         dim, num_heads, head_dim, out_proj, basis_init, init_std: see
             :class:`SubspaceAttention`. Defaults follow DEPICT: tied
             projection, bases initialised N(0, 1/d).
-        step_size: learn a scalar step size multiplying the update
-            (DEPICT's ``step_size``, initialised N(0, 1) as published).
+        step_size: learn a scalar step size multiplying the attention
+            output before the projection back (with the tied projection:
+            the whole update; DEPICT's ``step_size``, initialised N(0, 1)
+            as published).
     """
 
     def __init__(self,
@@ -53,8 +55,7 @@ class MSSA(SubspaceAttention):
 
     def _attend(self, query: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         out = F.scaled_dot_product_attention(query, w, w, scale=self.scale)
-        out = self.project_back(out)
-        return out if self.step_size is None else self.step_size * out
+        return self.project_back(out, gain=self.step_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(B, N, d)`` -> the MSSA update ``(B, N, d)``."""

@@ -11,6 +11,7 @@ detail").
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -85,14 +86,57 @@ class SubspaceAttention(nn.Module):
         w = self.proj(x).view(b, n, self.num_heads, self.head_dim)
         return w.transpose(1, 2)
 
-    def project_back(self, z: torch.Tensor) -> torch.Tensor:
-        """``(B, K, N, p) -> (B, N, d)``: ``sum_k U_k z_k`` when tied, the
-        over-parameterised linear map otherwise."""
-        b, _, n, _ = z.shape
-        z = z.transpose(1, 2).reshape(b, n, self.inner_dim)
+    def back_weight(self) -> torch.Tensor:
+        """``(K*p, d)``: the way from the subspace coordinates back to
+        ``R^d``: the bases ``U`` themselves when tied, the transposed
+        weight of the output linear otherwise."""
         if self.out_proj is None:
-            return F.linear(z, self.proj.weight.t())
-        return self.out_proj(z)
+            return self.proj.weight
+        return self.out_proj.weight.t()
+
+    def project_back(self,
+                     z: torch.Tensor,
+                     gain: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B, K, N, p) -> (B, N, d)``: ``sum_k U_k z_k`` when tied, the
+        over-parameterised linear map otherwise.
+
+        ``gain`` (broadcastable to ``(B, K, 1, p)``: a step size, or a
+        per-direction rescaling) multiplies the coordinates first; it is
+        folded into the ``K*p x d`` weights, so no ``N``-sized tensor is
+        scaled.
+        """
+        b, k, n, p = z.shape
+        flat = z.transpose(1, 2).reshape(b, n, k * p)
+        weight = self.back_weight()
+        bias = None if self.out_proj is None else self.out_proj.bias
+        if gain is None:
+            return F.linear(flat, weight.t(), bias)
+        gain = torch.broadcast_to(
+            gain, torch.broadcast_shapes(gain.shape, (1, k, 1, p)))
+        weight = gain.reshape(gain.shape[0], k * p, 1) * weight  # (B|1,Kp,d)
+        if weight.shape[0] == 1:
+            return F.linear(flat, weight[0].t(), bias)
+        if bias is None:
+            return torch.bmm(flat, weight)
+        return torch.baddbmm(bias, flat, weight)
+
+    def broadcast_back(self, weights: torch.Tensor,
+                       values: torch.Tensor) -> torch.Tensor:
+        """``(B, K, m, N)`` weights, ``(B, K, m, p)`` values ->
+        ``(B, N, d)``: ``project_back(weights^T @ values)``.
+
+        Each of the ``m`` values per subspace is first taken back to
+        ``R^d``, then the tokens gather them in one product over all
+        subspaces: ``N*K*m*d`` multiply-adds instead of ``N*K*m*p +
+        N*K*p*d``, and no ``N x K*p`` intermediate.
+        """
+        b, k, m, n = weights.shape
+        back = self.back_weight().view(k, self.head_dim, self.dim)
+        per_value = torch.matmul(values, back).reshape(b, k * m, self.dim)
+        gather = weights.reshape(b, k * m, n).transpose(1, 2)
+        if self.out_proj is None:
+            return torch.bmm(gather, per_value)
+        return torch.baddbmm(self.out_proj.bias, gather, per_value)
 
     def extra_repr(self) -> str:
         return (f'dim={self.dim}, num_heads={self.num_heads}, '

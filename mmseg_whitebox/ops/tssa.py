@@ -14,6 +14,8 @@ code (its ``to_out``).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -48,18 +50,33 @@ class TSSA(SubspaceAttention):
         super().reset_parameters()
         nn.init.ones_(self.temp)
 
-    def memberships(self, w: torch.Tensor) -> torch.Tensor:
+    def memberships(self, w: torch.Tensor,
+                    w_squared: Optional[torch.Tensor] = None
+                    ) -> torch.Tensor:
         """``pi``: ``(B, K, N)``, each token's soft assignment to the
-        subspaces (sums to 1 over ``K``)."""
-        energy = F.normalize(w, dim=-2).pow(2).sum(-1)  # (B, K, N)
+        subspaces (sums to 1 over ``K``): a softmax over subspaces of the
+        token's energy in each, with every direction normalised over the
+        tokens first (the published ``normalize(w, dim=-2)``)."""
+        if w_squared is None:
+            w_squared = w * w
+        # sum_p w_np^2 / ||w_:p||^2, the squared norms clamped as normalize
+        inv_norm = w_squared.sum(-2, keepdim=True).clamp_min(1e-24)
+        energy = torch.matmul(w_squared, inv_norm.reciprocal().transpose(
+            -1, -2)).squeeze(-1)
         return torch.softmax(energy * self.temp, dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(B, N, d)`` -> the TSSA update ``(B, N, d)``."""
+        """``x``: ``(B, N, d)`` -> the TSSA update ``(B, N, d)``.
+
+        Linear in ``N``: the statistics are ``p``-vectors per subspace, and
+        the per-direction rescaling ``-1 / (1 + E_pi[(U_k^T z)^2])`` is
+        folded into the projection back rather than applied to every
+        token."""
         w = self.project(x)  # (B, K, N, p)
-        pi = self.memberships(w)
+        w_squared = w * w
+        pi = self.memberships(w, w_squared)
         weights = pi / (pi.sum(-1, keepdim=True) + self.eps)
         # E_pi[(U_k^T z)^2] per direction: (B, K, 1, p)
-        second_moment = torch.matmul(weights.unsqueeze(-2), w * w)
-        out = -(w * pi.unsqueeze(-1)) / (1 + second_moment)
-        return self.project_back(out)
+        second_moment = torch.matmul(weights.unsqueeze(-2), w_squared)
+        return self.project_back(w * pi.unsqueeze(-1),
+                                 gain=-1 / (1 + second_moment))

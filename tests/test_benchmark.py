@@ -1,0 +1,205 @@
+"""The fast operators against the straightforward CBT decoder, mixed
+precision, linear memory, the measurement helpers and the decoder
+benchmark tool."""
+import json
+import math
+import os.path as osp
+import time
+
+import pytest
+import torch
+from mmengine.registry import init_default_scope
+
+from mmseg_whitebox.analysis.benchmark import (extrapolate_loglog,
+                                               loglog_slope, peak_memory,
+                                               time_interleaved)
+from mmseg_whitebox.ops import CBSA, TSSA
+
+from _helpers import import_tool, run_tool
+
+BENCH = 'tools/analysis_tools/benchmark_decoders.py'
+
+
+def build_head(cfg):
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    head = MODELS.build(dict(cfg, in_channels=48, channels=48,
+                             num_classes=9))
+    head.init_weights()
+    return head
+
+
+@pytest.mark.parametrize('out_proj', ['linear', 'tied'])
+def test_cbsa_head_equals_the_straightforward_decoder(out_proj):
+    """Same outputs (to 1e-5) and same gradients on a non-square grid."""
+    bench = import_tool(BENCH)
+    torch.manual_seed(0)
+    head = build_head(dict(type='CBSAHead', num_heads=3, head_dim=8,
+                           rep_grid=(3, 4), out_proj=out_proj))
+    straight = bench.StraightforwardCBSADecoder(head)
+    feature = torch.randn(2, 48, 7, 10)
+    out = head([feature])
+    torch.testing.assert_close(out, straight([feature]), atol=1e-5,
+                               rtol=1e-5)
+    # gradients: compared in double precision (fp32 sums over many
+    # elements differ in the last bits)
+    head.double()
+    feature = feature.double().requires_grad_()
+    weight = torch.randn_like(out).double()
+    inputs = [feature] + list(head.parameters())
+    grads = torch.autograd.grad((head([feature]) * weight).sum(), inputs)
+    ref = torch.autograd.grad((straight([feature]) * weight).sum(), inputs)
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r)
+
+
+HEADS = {
+    'cbsa': dict(type='CBSAHead', num_heads=2, head_dim=8, rep_grid=(2, 2)),
+    'cbsa-rigorous': dict(type='CBSAHead', num_heads=2, head_dim=8,
+                          rep_grid=(2, 2), out_proj='tied'),
+    'depict-sa': dict(type='DEPICTHead', mode='sa', num_heads=2,
+                      head_dim=8),
+    'depict-ca': dict(type='DEPICTHead', mode='ca', num_heads=2, head_dim=8,
+                      cross_head_dim=8),
+    'tost': dict(type='TSSAHead', num_heads=2, head_dim=8),
+}
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('name', list(HEADS))
+def test_heads_run_under_autocast(name, dtype):
+    torch.manual_seed(0)
+    head = build_head(HEADS[name]).eval()
+    feature = torch.randn(1, 48, 6, 9)
+    with torch.no_grad():
+        ref = head([feature])
+        with torch.autocast('cpu', dtype=dtype):
+            low = head([feature])
+    assert torch.isfinite(low).all()
+    # masks are LayerNorm-ed over the classes: values of order 1
+    assert (low.float() - ref).abs().mean() < 0.05
+    with torch.autocast('cpu', dtype=dtype):
+        head.train()
+        head([feature.requires_grad_()]).float().sum().backward()
+    assert torch.isfinite(feature.grad).all()
+
+
+def largest_intermediate(fn, *args) -> int:
+    """The most elements of any tensor an op received while ``fn`` ran."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        out = fn(*args)
+    sizes = [out.numel()]
+    for event in p.events():
+        for shape in event.input_shapes or []:
+            if shape and all(isinstance(s, int) for s in shape):
+                sizes.append(math.prod(shape))
+    return max(sizes)
+
+
+@pytest.mark.parametrize('name', ['cbsa', 'tssa'])
+def test_linear_ops_never_form_token_by_token_tensors(name):
+    """At N = 1200 tokens, no tensor comes near N x N (1.44M) elements,
+    forward or backward: the largest is N x (K*p) or m x N per subspace."""
+    torch.manual_seed(0)
+    n, d = 1200, 32
+    op = (CBSA(d, 2, 16, rep_grid=(4, 4)) if name == 'cbsa' else
+          TSSA(d, 2, 16))
+    x = torch.randn(1, n, d, requires_grad=True)
+
+    def step(x):
+        out = op(x, (30, 40)) if name == 'cbsa' else op(x)
+        out.sum().backward()
+        return out
+
+    assert largest_intermediate(step, x) <= n * max(d, 2 * 16)
+    # the probe does see token-by-token attention where it happens
+    naive = largest_intermediate(
+        lambda x: torch.softmax(x @ x.transpose(1, 2), -1) @ x, x)
+    assert naive >= n * n
+
+
+def test_loglog_slope_and_extrapolation():
+    xs = [100, 400, 1600]
+    assert loglog_slope(xs, [3 * x for x in xs]) == pytest.approx(1.0)
+    assert loglog_slope(xs, [x**2 for x in xs]) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        loglog_slope([5, 5], [1, 2])
+    assert extrapolate_loglog([100, 200], [10, 40], 400) == pytest.approx(160)
+    # never extrapolates below linear growth, needs two points
+    assert extrapolate_loglog([100, 200], [10, 10], 400) == pytest.approx(20)
+    assert extrapolate_loglog([100], [10], 400) is None
+
+
+def test_time_interleaved_rounds_and_budget():
+    order = []
+
+    def slow():
+        order.append('slow')
+        time.sleep(0.02)
+
+    def fast():
+        order.append('fast')
+
+    times = time_interleaved(dict(slow=slow, fast=fast), torch.device('cpu'),
+                             repeats=6, warmup=1, max_seconds=0.05)
+    assert len(times['fast']) == 6
+    assert 3 <= len(times['slow']) < 6  # stopped by its budget
+    assert min(times['slow']) >= 0.02
+    # warm-up first, then one call of each per round
+    assert order[:2] == ['slow', 'fast']
+    assert order[2:6] == ['slow', 'fast', 'slow', 'fast']
+
+
+def test_peak_memory_sees_an_allocation():
+    size = 64 * 2**20
+
+    def allocate():
+        t = torch.ones(size // 4)  # 64 MiB of float32, touched
+        return float(t[-1])
+
+    peak, result = peak_memory(allocate, torch.device('cpu'))
+    assert result == 1.0
+    if peak is None:
+        pytest.skip('no peak-RSS measurement on this system')
+    assert size * 0.9 <= peak <= size * 1.5
+
+
+def test_benchmark_tool_writes_table_plot_and_checks(tmp_path):
+    out = tmp_path / 'bench'
+    proc = run_tool([BENCH, '--encoder', 's', '--sizes', '64', '128',
+                     '64x128', '--repeats', '2', '--warmup', '1',
+                     '--heads', 'segmenter', 'linear', 'cbsa',
+                     'cbsa-straightforward', 'tost', '--out', str(out)])
+    assert 'slopes of cost vs tokens' in proc.stdout
+    for name in ('benchmark.json', 'benchmark.md', 'benchmark.png'):
+        assert osp.getsize(out / name) > 0
+    report = json.loads((out / 'benchmark.json').read_text())
+    rows = {(r['head'], r['size']): r for r in report['results']}
+    assert len(rows) == 15
+    seg, cbsa = rows[('segmenter', '64x128')], rows[('cbsa', '64x128')]
+    assert cbsa['grid'] == [4, 8] and cbsa['tokens'] == 32
+    for key in ('flops', 'params', 'fwd_ms', 'train_ms'):
+        assert cbsa[key] > 0
+        assert cbsa[f'{key}_vs_segmenter'] == pytest.approx(cbsa[key] /
+                                                            seg[key])
+    assert rows[('linear', '64x64')].get('flops_vs_segmenter', 0) < 0.05
+    straight = rows[('cbsa-straightforward', '128x128')]
+    assert straight['max_abs_diff_vs_cbsa'] < 1e-5
+    assert straight['params'] == rows[('cbsa', '128x128')]['params']
+    assert 'fwd_ms_vs_straightforward' in rows[('cbsa', '128x128')]
+    # FLOPs grow linearly with tokens for CBSA, faster for Segmenter
+    assert report['slopes']['cbsa']['flops'] < 1.05
+    assert report['slopes']['segmenter']['flops'] > \
+        report['slopes']['cbsa']['flops']
+    # the FLOP target needs 512x512, not measured here: no checks made
+    assert report['targets'] == []
+
+
+def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
+    proc = run_tool([BENCH, '--sizes', '8x'], check=False)
+    assert proc.returncode == 2 and 'give N (square) or HxW' in proc.stderr
+    proc = run_tool([BENCH, '--encoder', 't', '--heads', 'linear',
+                     '--sizes', '64', '--out', str(tmp_path)], check=False)
+    assert proc.returncode == 1
+    assert "no config for head 'linear' with ViT-t" in proc.stderr

@@ -123,11 +123,12 @@ class CBSA(SubspaceAttention):
             The update ``(B, N, d)`` (and ``A``).
 
         Every product runs over all subspaces at once, and nothing larger
-        than ``m x N`` per subspace is formed: ``A`` is materialised once
-        (linear in ``N``) and serves the extraction, the broadcast and the
-        backward pass; scale factors and step sizes are applied to the
-        ``m`` representatives, never to ``N``-sized tensors; the broadcast
-        and the projection back are one product
+        than ``m x N`` per subspace is formed: the extraction weights are
+        materialised once (linear in ``N``), unnormalised, and serve the
+        extraction, the broadcast and the backward pass; the softmax
+        normalisation, scale factors and step sizes are applied to
+        ``m``-sized tensors, never to ``N``-sized ones; the broadcast and
+        the projection back are one product
         (:meth:`~SubspaceAttention.broadcast_back`).
         """
         b, n, _ = x.shape
@@ -138,16 +139,26 @@ class CBSA(SubspaceAttention):
                 f'fit in {n} tokens')
         w = self.project(x)  # (B, K, N, p)
         rep0 = self.initial_representatives(w, (h, wd), grid_start)
-        # extraction, eq. (5): A (B, K, m, N), softmax over tokens
-        attn = torch.softmax(
-            torch.matmul(rep0 * self.scale, w.transpose(-1, -2)), dim=-1)
-        rep = rep0 + self.eta * torch.matmul(attn, w)
+        # extraction, eq. (5): A = E / s (B, K, m, N), softmax over tokens,
+        # kept unnormalised: 1/s is applied to the m-sized products
+        # instead, so A costs one N-sized buffer, written in place
+        logits = torch.matmul(rep0 * self.scale, w.transpose(-1, -2))
+        shift = logits.detach().amax(dim=-1, keepdim=True)
+        weights = logits.sub_(shift).exp_()  # E, (B, K, m, N)
+        # (summed in at least fp32, also under fp16/bf16 autocast)
+        sum_dtype = torch.promote_types(weights.dtype, torch.float32)
+        inv_sum = weights.sum(dim=-1, keepdim=True,
+                              dtype=sum_dtype).reciprocal()
+        rep = rep0 + (self.eta * inv_sum) * torch.matmul(weights, w)
         # contraction among the m representatives, eq. (8)
         contraction = F.scaled_dot_product_attention(
             rep, rep, rep, scale=self.scale)
         # broadcast with the transposed extraction attention, and back
-        out = self.broadcast_back(attn, self.kappa * contraction)
-        return (out, attn) if return_attn else out
+        values = ((self.kappa * inv_sum) * contraction).to(weights.dtype)
+        out = self.broadcast_back(weights, values)
+        if not return_attn:
+            return out
+        return out, weights * inv_sum.to(weights.dtype)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', rep_grid={self.rep_grid}'

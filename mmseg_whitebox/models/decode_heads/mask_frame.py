@@ -106,9 +106,12 @@ class MaskClassificationHead(BaseDecodeHead):
         patches = self.dec_proj(x.flatten(2).transpose(1, 2))
         classes = self.cls_emb.expand(b, -1, -1)
         patches, classes = self.decode_tokens(patches, classes, (h, w))
-        patches = F.normalize(patches, dim=-1)
         classes = F.normalize(classes, dim=-1)
-        masks = self.mask_norm(patches @ classes.transpose(1, 2))
+        # L2-normalising the patches = dividing their similarities by the
+        # patch norms: an (N, K) pass instead of an (N, d) copy
+        norms = torch.linalg.vector_norm(patches, dim=-1, keepdim=True)
+        similarities = torch.matmul(patches, classes.transpose(1, 2))
+        masks = self.mask_norm(similarities.div_(norms.clamp_min(1e-12)))
         return masks.transpose(1, 2).reshape(b, self.num_classes, h, w)
 
 

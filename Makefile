@@ -38,4 +38,4 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-demo:
-	rm -rf work_dirs/demo data/synthetic data/synthetic-context
+	rm -rf work_dirs/demo data/synthetic-context

@@ -1,13 +1,20 @@
-"""The embedded demo behind ``make demo``, on CPU in minutes.
+"""The embedded demo behind ``make demo``, on CPU.
 
-1. writes the synthetic ADE20K-layout dataset into ``data/synthetic``;
-2. trains each demo model with ``tools/train.py`` (exactly as a user would;
-   a finished run in the output folder is reused unless ``--retrain``);
-3. tests it with ``tools/test.py`` and prints mIoU next to chance level
-   and the decoder's parameter count;
+1. writes the synthetic ADE20K-layout dataset, context variant (a shape's
+   class depends on a landmark elsewhere in the image), to
+   ``data/synthetic-context``;
+2. trains the Segmenter baseline, the CBSA (CBT) head and the rigorous
+   CBSA (CBT-dagger) head (``--models``: also DEPICT-SA/CA and ToST) on the
+   same demo encoder with ``tools/train.py`` (as a user would; a finished
+   run in the output folder is reused unless ``--retrain``);
+3. tests each with ``tools/test.py``: mIoU next to chance level, decoder
+   parameters and decoder GFLOPs at 512x512 (mmengine's analysis);
 4. runs single-image inference through ``mmseg.apis`` (``init_model``,
-   ``inference_model``) and saves an overlay PNG (ground truth | prediction)
-   drawn by mmseg's ``SegLocalVisualizer``.
+   ``inference_model``) and saves an overlay PNG (ground truth |
+   prediction) drawn by mmseg's ``SegLocalVisualizer``;
+5. sweeps each model over decoder-attention noise with
+   ``tools/noise_robustness.py`` (clean, attention-removed and noisy
+   mIoU, attention usage) and overlays them in one plot.
 
 Everything lands in ``work_dirs/demo`` (``summary.json`` holds the figures).
 """
@@ -29,25 +36,44 @@ from mmseg_whitebox.datasets.synthetic_ade20k import (  # noqa: E402
     SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k, load_meta,
     sample_name)
 
-# name -> config (relative to the repository root)
+# name -> config (relative to the repository root); all on one encoder
 DEMO_MODELS: Dict[str, str] = {
     'segmenter': 'configs/segmenter/'
     'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py',
+    'cbsa': 'configs/cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'cbsa-rigorous': 'configs/cbsa/'
+    'cbsa-rigorous_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'depict-sa': 'configs/depict/'
+    'depict-sa_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'depict-ca': 'configs/depict/'
+    'depict-ca_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'tost': 'configs/tost/tost_vit-demo_1xb8-800iter_synthade-128x128.py',
 }
+DEFAULT_MODELS = ('segmenter', 'cbsa', 'cbsa-rigorous')
+OVERLAY_SCALE = 3
+SWEEP_SIGMAS = ('0.001', '0.003', '0.01', '0.03', '0.1', '0.3', '1.0')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='work_dirs/demo',
                    help='output folder (default: work_dirs/demo)')
-    p.add_argument('--data', default='data/synthetic',
+    p.add_argument('--data', default='data/synthetic-context',
                    help='where the synthetic dataset is written')
     p.add_argument('--models', nargs='+', choices=list(DEMO_MODELS),
-                   default=list(DEMO_MODELS), help='which demo models')
+                   default=list(DEFAULT_MODELS),
+                   help='which demo models to train and test (default: '
+                   f'{" ".join(DEFAULT_MODELS)})')
+    p.add_argument('--sweep-models', nargs='+', choices=list(DEMO_MODELS),
+                   help='which of them to sweep over noise (default: all)')
     p.add_argument('--iters', type=int, default=None,
                    help='training iterations (default: the configs\' 800)')
+    p.add_argument('--seeds', type=int, default=2,
+                   help='noise draws per sigma in the sweeps (default 2)')
+    p.add_argument('--no-sweep', action='store_true',
+                   help='skip the robustness sweeps')
     p.add_argument('--retrain', action='store_true',
-                   help='train again even if a finished run exists')
+                   help='train (and sweep) again even if finished runs exist')
     return p.parse_args(argv)
 
 
@@ -57,19 +83,22 @@ def run_tool(args: List[str]) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-def schedule_options(iters: Optional[int], data_root: str) -> List[str]:
-    opts = [f'train_dataloader.dataset.data_root={data_root}',
-            f'val_dataloader.dataset.data_root={data_root}',
-            f'test_dataloader.dataset.data_root={data_root}']
-    if iters is not None:
-        warmup = max(1, min(50, iters // 4))
-        opts += [f'train_cfg.max_iters={iters}',
-                 f'train_cfg.val_interval={iters}',
-                 f'param_scheduler.0.end={warmup}',
-                 f'param_scheduler.1.begin={warmup}',
-                 f'param_scheduler.1.end={iters}',
-                 f'default_hooks.checkpoint.interval={iters}']
-    return opts
+def data_options(data_root: str) -> List[str]:
+    return [f'{loader}.dataset.data_root={data_root}'
+            for loader in ('train_dataloader', 'val_dataloader',
+                           'test_dataloader')]
+
+
+def schedule_options(iters: Optional[int]) -> List[str]:
+    if iters is None:
+        return []
+    warmup = max(1, min(50, iters // 4))
+    return [f'train_cfg.max_iters={iters}',
+            f'train_cfg.val_interval={iters}',
+            f'param_scheduler.0.end={warmup}',
+            f'param_scheduler.1.begin={warmup}',
+            f'param_scheduler.1.end={iters}',
+            f'default_hooks.checkpoint.interval={iters}']
 
 
 def final_checkpoint(work_dir: str) -> Optional[str]:
@@ -111,43 +140,75 @@ def test(config: str, ckpt: str, work_dir: str, opts: List[str]) -> Dict:
         return json.load(f)
 
 
-def decoder_params(config: str, ckpt: str) -> int:
-    from mmseg.apis import init_model
-    model = init_model(osp.join(ROOT, config), ckpt, device='cpu')
-    return sum(p.numel() for p in model.decode_head.parameters())
+def decoder_complexity(model) -> Dict[str, float]:
+    """Decoder params and GFLOPs (mmengine, multiply-adds) on the features
+    of a 512x512 image."""
+    import torch
+
+    from mmseg_whitebox.analysis import decode_head_complexity
+    patch = model.backbone.patch_embed.projection.kernel_size[0]
+    width = model.decode_head.in_channels
+    feature = torch.zeros(1, width, 512 // patch, 512 // patch)
+    flops, params = decode_head_complexity(model.decode_head, feature)
+    return dict(decoder_params=params, decoder_gflops_512=flops / 1e9)
 
 
-def infer_and_draw(config: str, ckpt: str, data_root: str,
-                   out_file: str) -> Dict:
+def infer_and_draw(model, data_root: str, out_file: str) -> Dict:
     """Single-image inference through mmseg.apis, overlay by mmseg's
     visualizer (left: ground truth, right: prediction)."""
     import mmcv
     import numpy as np
     import torch
     from mmengine.structures import PixelData
-    from mmseg.apis import inference_model, init_model
+    from mmseg.apis import inference_model
+    from mmseg.structures import SegDataSample
     from mmseg.visualization import SegLocalVisualizer
 
-    model = init_model(osp.join(ROOT, config), ckpt, device='cpu')
     name = sample_name('validation', 0)
     img_path = osp.join(data_root, 'images', 'validation', name + '.jpg')
     ann_path = osp.join(data_root, 'annotations', 'validation', name + '.png')
     result = inference_model(model, img_path)
     gt = mmcv.imread(ann_path, flag='unchanged').astype(np.int64) - 1
     gt[gt < 0] = 255  # reduce_zero_label: "other" is ignored
-    result.gt_sem_seg = PixelData(data=torch.from_numpy(gt[None]))
     pred = result.pred_sem_seg.data[0].numpy()
     valid = gt != 255
+
+    # the synthetic images are small: draw them 3x larger
+    def enlarged(labels: np.ndarray) -> PixelData:
+        big = mmcv.imrescale(labels.astype(np.uint8), OVERLAY_SCALE,
+                             interpolation='nearest')
+        return PixelData(data=torch.from_numpy(big.astype(np.int64)[None]))
+
+    drawn = SegDataSample(gt_sem_seg=enlarged(gt),
+                          pred_sem_seg=enlarged(pred))
     visualizer = SegLocalVisualizer(name=f'demo-{time.time()}', alpha=0.6)
     # (not via __init__: mmseg 1.2.2 swaps classes and palette there)
     visualizer.set_dataset_meta(model.dataset_meta['classes'],
                                 model.dataset_meta['palette'])
-    image = mmcv.imread(img_path, channel_order='rgb')
+    image = mmcv.imrescale(mmcv.imread(img_path, channel_order='rgb'),
+                           OVERLAY_SCALE, interpolation='nearest')
     visualizer.add_datasample(
-        name, image, result, draw_gt=True, draw_pred=True,
+        name, image, drawn, draw_gt=True, draw_pred=True,
         out_file=out_file, with_labels=False)
     return dict(image=img_path, overlay=out_file,
                 pixel_accuracy=float((pred[valid] == gt[valid]).mean() * 100))
+
+
+def sweep(name: str, config: str, ckpt: str, out_dir: str,
+          opts: List[str], seeds: int, redo: bool) -> Dict:
+    results = osp.join(out_dir, 'results.json')
+    cmd = ['tools/noise_robustness.py', config, ckpt, '--sigmas',
+           *SWEEP_SIGMAS, '--seeds', str(seeds), '--name', name, '--out',
+           out_dir, '--work-dir', osp.join(out_dir, 'runs'), '--cfg-options',
+           *opts]
+    if osp.isfile(results):
+        if redo:
+            os.remove(results)
+        else:
+            cmd.insert(3, '--resume')
+    run_tool(cmd)
+    with open(results) as f:
+        return json.load(f)
 
 
 def main(argv=None) -> Dict:
@@ -156,8 +217,8 @@ def main(argv=None) -> Dict:
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
 
-    print('== 1. synthetic ADE20K-layout data')
-    spec = SyntheticADE20KSpec()
+    print('== 1. synthetic ADE20K-layout data (context variant)')
+    spec = SyntheticADE20KSpec(variant='context')
     data_root = generate_synthetic_ade20k(osp.join(ROOT, args.data), spec)
     meta = load_meta(data_root)
     chance = chance_miou(meta['val_pixel_counts'])
@@ -165,40 +226,90 @@ def main(argv=None) -> Dict:
           f'{len(meta["classes_present"])} classes, chance mIoU '
           f'{chance:.2f}')
 
+    from mmengine.config import Config
+    from mmseg.apis import init_model
     summary = dict(data_root=data_root, chance_miou=chance, models={})
-    opts = schedule_options(args.iters, data_root)
+    opts = data_options(data_root)
     for name in args.models:
         config = DEMO_MODELS[name]
         work_dir = osp.join(out, name)
-        from mmengine.config import Config
         max_iters = args.iters or Config.fromfile(
             osp.join(ROOT, config)).train_cfg.max_iters
         print(f'== 2. train {name}: {config}')
-        ckpt = train(name, config, work_dir, opts, max_iters, args.retrain)
+        ckpt = train(name, config, work_dir,
+                     opts + schedule_options(args.iters), max_iters,
+                     args.retrain)
         print(f'== 3. test {name}')
         metrics = test(config, ckpt, work_dir, opts)
         print(f'== 4. inference {name} (mmseg.apis)')
-        overlay = infer_and_draw(config, ckpt, data_root,
+        model = init_model(osp.join(ROOT, config), ckpt, device='cpu')
+        overlay = infer_and_draw(model, data_root,
                                  osp.join(out, f'overlay_{name}.png'))
         summary['models'][name] = dict(
             config=config, checkpoint=ckpt, mIoU=metrics['mIoU'],
-            aAcc=metrics['aAcc'], mAcc=metrics['mAcc'],
-            decoder_params=decoder_params(config, ckpt), inference=overlay)
+            aAcc=metrics['aAcc'], mAcc=metrics['mAcc'], inference=overlay,
+            **decoder_complexity(model))
 
-    print('\n== results on the synthetic validation set '
-          f'(chance mIoU {chance:.2f})')
-    print(f'{"model":<22}{"decoder params":>16}{"mIoU":>8}{"aAcc":>8}')
-    for name, r in summary['models'].items():
-        print(f'{name:<22}{r["decoder_params"]:>16,}{r["mIoU"]:>8.2f}'
-              f'{r["aAcc"]:>8.2f}')
-    for name, r in summary['models'].items():
-        print(f'overlay ({name}): {r["inference"]["overlay"]}')
+    sweeps = [n for n in (args.sweep_models or args.models)
+              if n in summary['models']]
+    if sweeps and not args.no_sweep:
+        print('== 5. robustness to decoder-attention noise')
+        for name in sweeps:
+            r = summary['models'][name]
+            data = sweep(name, r['config'], r['checkpoint'],
+                         osp.join(out, 'robustness', name), opts, args.seeds,
+                         args.retrain)
+            r['robustness'] = dict(
+                clean=data['clean']['mIoU'],
+                ablated=data['ablation']['decoder-attention']['metrics'][
+                    'mIoU'],
+                usage=[u['ratio_mean'] for u in data['attention_usage']],
+                curve={p['sigma']: p['mIoU_mean'] for p in data['points']})
+        run_tool(['tools/analysis_tools/plot_robustness.py'] +
+                 [osp.join(out, 'robustness', n) for n in sweeps] +
+                 ['--out', osp.join(out, 'robustness.png'), '--title',
+                  'Decoder-attention noise, synthetic context data'])
+        summary['robustness_plot'] = osp.join(out, 'robustness.png')
+
+    print_results(summary, chance)
     summary['wall_time_s'] = time.time() - t0
     with open(osp.join(out, 'summary.json'), 'w') as f:
         json.dump(summary, f, indent=1)
     print(f'summary: {osp.join(out, "summary.json")} '
           f'({summary["wall_time_s"]:.0f}s)')
     return summary
+
+
+def print_results(summary: Dict, chance: float) -> None:
+    print('\n== results on the synthetic validation set '
+          f'(chance mIoU {chance:.2f})')
+    print(f'{"model":<16}{"decoder params":>16}{"GFLOPs@512":>12}'
+          f'{"mIoU":>8}{"aAcc":>8}')
+    for name, r in summary['models'].items():
+        print(f'{name:<16}{r["decoder_params"]:>16,}'
+              f'{r["decoder_gflops_512"]:>12.3f}{r["mIoU"]:>8.2f}'
+              f'{r["aAcc"]:>8.2f}')
+    rob = {n: r['robustness'] for n, r in summary['models'].items()
+           if 'robustness' in r}
+    if rob:
+        sigmas = sorted({s for r in rob.values() for s in r['curve']})
+        print('\nmIoU under decoder-attention noise (absolute sigma), mean '
+              'over draws')
+        print(f'{"model":<16}{"clean":>7}{"removed":>9}' +
+              ''.join(f'{s:>8g}' for s in sigmas) + '   usage per layer')
+        for name, r in rob.items():
+            usage = ' '.join(f'{u:.3f}' for u in r['usage'])
+            print(f'{name:<16}{r["clean"]:>7.2f}{r["ablated"]:>9.2f}' +
+                  ''.join(f'{r["curve"].get(s, float("nan")):>8.2f}'
+                          for s in sigmas) + f'   {usage}')
+        for name, r in rob.items():
+            if abs(r['clean'] - r['ablated']) < 1.0:
+                print(f'note: removing {name}\'s decoder attention changes '
+                      f'mIoU by {r["ablated"] - r["clean"]:+.2f}: it is '
+                      'unused, so its robustness is not informative')
+        print(f'plot: {summary["robustness_plot"]}')
+    for name, r in summary['models'].items():
+        print(f'overlay ({name}): {r["inference"]["overlay"]}')
 
 
 if __name__ == '__main__':

@@ -59,3 +59,9 @@ def import_tool(path: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def demo_configs() -> dict:
+    """The demo models (name -> config path), as ``make demo`` defines
+    them: every head on the same CPU-sized encoder."""
+    return dict(import_tool('tools/misc/demo.py').DEMO_MODELS)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from _helpers import REPO, run_tool, small_run_options
+from _helpers import REPO, demo_configs, run_tool, small_run_options
 
 HEADS = {
     'cbsa': dict(type='CBSAHead', rep_grid=(3, 3)),
@@ -20,16 +20,8 @@ HEADS = {
     'depict-ca': dict(type='DEPICTHead', mode='ca', cross_head_dim=4),
     'tost': dict(type='TSSAHead'),
 }
-DEMO_CONFIGS = {
-    'cbsa': 'configs/cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'cbsa-rigorous': 'configs/cbsa/'
-    'cbsa-rigorous_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'depict-sa': 'configs/depict/'
-    'depict-sa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'depict-ca': 'configs/depict/'
-    'depict-ca_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'tost': 'configs/tost/tost_vit-demo_1xb8-800iter_synthade-128x128.py',
-}
+DEMO_CONFIGS = {name: config for name, config in demo_configs().items()
+                if name != 'segmenter'}
 T_CONFIGS = {
     'cbsa': 'configs/cbsa/cbsa_vit-t_8xb1-160k_ade20k-512x512.py',
     'cbsa-rigorous': 'configs/cbsa/'

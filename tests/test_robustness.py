@@ -17,20 +17,9 @@ from mmseg_whitebox.robustness import (LoopEvaluation, NoiseSweep,
                                        select_parameters)
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
 
-from _helpers import REPO, run_tool, small_run_options
+from _helpers import REPO, demo_configs, run_tool, small_run_options
 
-CONFIGS = {
-    'segmenter': 'configs/segmenter/'
-    'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py',
-    'cbsa': 'configs/cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'cbsa-rigorous': 'configs/cbsa/'
-    'cbsa-rigorous_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'depict-sa': 'configs/depict/'
-    'depict-sa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'depict-ca': 'configs/depict/'
-    'depict-ca_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'tost': 'configs/tost/tost_vit-demo_1xb8-800iter_synthade-128x128.py',
-}
+CONFIGS = demo_configs()
 # the documented definition (mmseg_whitebox.robustness.sites), per layer
 EXPECTED = {
     'segmenter': {'attn.attn.in_proj_weight', 'attn.attn.in_proj_bias',

@@ -136,6 +136,17 @@ class StraightforwardCBSADecoder(nn.Module):
         return masks.permute(0, 2, 1).reshape(b, -1, h, w)
 
 
+def over_limit(past: List[Dict], key: str, tokens: int,
+               limit: Optional[float]) -> Optional[float]:
+    """The memory ``key`` predicted at ``tokens`` from the smaller runs in
+    ``past`` when it exceeds ``limit`` bytes, else None."""
+    predicted = extrapolate_loglog([r['tokens'] for r in past],
+                                   [r.get(key) for r in past], tokens)
+    if limit and predicted and predicted > limit:
+        return predicted
+    return None
+
+
 # ---------------------------------------------------------------- set-up
 def parse_size(text: str) -> Tuple[int, int]:
     """``'1024'`` -> (1024, 1024); ``'512x1024'`` -> (512, 1024) (H x W)."""
@@ -297,10 +308,8 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
         rows.append(row)
         past = history.setdefault(name, [])
         fwd = forward_fn(head, feature, device, args.amp)
-        predicted = extrapolate_loglog([r['tokens'] for r in past],
-                                       [r.get('mem_fwd') for r in past],
-                                       tokens)
-        if memory_limit and predicted and predicted > memory_limit:
+        predicted = over_limit(past, 'mem_fwd', tokens, memory_limit)
+        if predicted:
             row['status'] = (f'skipped: forward predicted to need '
                              f'{predicted / 2**30:.1f} GiB')
             print(f'  {name:<22} {row["status"]}', flush=True)
@@ -316,10 +325,8 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
         fns = dict(fwd=fwd)
         if not args.no_backward:
             step = train_step_fn(head, feature, device, args.amp)
-            predicted = extrapolate_loglog([r['tokens'] for r in past],
-                                           [r.get('mem_train') for r in past],
-                                           tokens)
-            if memory_limit and predicted and predicted > memory_limit:
+            predicted = over_limit(past, 'mem_train', tokens, memory_limit)
+            if predicted:
                 row['status'] = (f'backward skipped: predicted to need '
                                  f'{predicted / 2**30:.1f} GiB')
             else:

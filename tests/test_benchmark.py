@@ -142,13 +142,35 @@ def test_time_interleaved_rounds_and_budget():
         order.append('fast')
 
     times = time_interleaved(dict(slow=slow, fast=fast), torch.device('cpu'),
-                             repeats=6, warmup=1, max_seconds=0.05)
+                             repeats=6, warmup=1, max_seconds=0.05,
+                             settle=False)
     assert len(times['fast']) == 6
     assert 3 <= len(times['slow']) < 6  # stopped by its budget
     assert min(times['slow']) >= 0.02
     # warm-up first, then one call of each per round
     assert order[:2] == ['slow', 'fast']
     assert order[2:6] == ['slow', 'fast', 'slow', 'fast']
+
+
+def test_time_interleaved_settles_each_timed_call():
+    order = []
+
+    def make(name, seconds):
+        def fn():
+            order.append(name)
+            time.sleep(seconds)
+        return fn
+
+    times = time_interleaved(dict(a=make('a', 0.0), b=make('b', 0.0)),
+                             torch.device('cpu'), repeats=3, warmup=1)
+    assert [len(t) for t in times.values()] == [3, 3]
+    # warm-up, then per round: untimed + timed call of a, then of b
+    assert order == ['a', 'b'] + ['a', 'a', 'b', 'b'] * 3
+    # a function slower than a second is not settled after its first call
+    order.clear()
+    slow = time_interleaved(dict(s=make('s', 1.01)), torch.device('cpu'),
+                            repeats=2, warmup=0)
+    assert len(slow['s']) == 2 and order == ['s'] * 3
 
 
 def test_peak_memory_sees_an_allocation():

@@ -5,8 +5,10 @@ their own:
 
 * :func:`time_interleaved` -- wall time of repeated calls of several
   functions, in interleaved rounds after warm-up, with CUDA
-  synchronisation, each stopping early once its time budget is spent (a
-  Segmenter head at 2048x2048 takes seconds per call on a CPU);
+  synchronisation, each timed call preceded by an untimed one of the same
+  function (steady state, not the previous function's cache and allocator
+  state), each stopping early once its time budget is spent (a Segmenter
+  head at 2048x2048 takes seconds per call on a CPU);
 * :func:`peak_memory` -- the extra memory one call needs at its peak: on
   CUDA ``torch.cuda.max_memory_allocated`` above what was allocated
   before; on a CPU the rise of the process's resident-set high-water mark
@@ -37,27 +39,35 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
                      device: torch.device,
                      repeats: int = 10,
                      warmup: int = 2,
-                     max_seconds: Optional[float] = None
-                     ) -> Dict[str, List[float]]:
+                     max_seconds: Optional[float] = None,
+                     settle: bool = True) -> Dict[str, List[float]]:
     """Seconds of each timed call of every function in ``fns``.
 
     After up to ``warmup`` untimed calls each (one, for calls slower than
-    a second), the functions are called in
-    rounds -- one call of each per round, ``repeats`` rounds -- so a change
-    in machine load during the run affects all of them alike. With
-    ``max_seconds``, a function stops being timed once that much time was
-    spent on it (after at least 3 calls).
+    a second), the functions are called in rounds -- one timed call of
+    each per round, ``repeats`` rounds -- so a change in machine load
+    during the run affects all of them alike. With ``settle``, each timed
+    call follows an untimed call of the same function: what is timed is
+    that function in steady use, not its first call after another one
+    evicted the caches and left the allocator to fetch fresh pages from
+    the system (which on a CPU costs a small decoder more than its
+    compute). Functions slower than a second are not settled. With
+    ``max_seconds``, a function stops being timed once that much timed
+    time was spent on it (after at least 3 calls).
     """
     if repeats < 1:
         raise ValueError(f'repeats must be >= 1, got {repeats}')
+
+    def call(fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        return time.perf_counter() - start
+
     for fn in fns.values():
         for _ in range(warmup):
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            if time.perf_counter() - start > 1.0:
+            if call(fn) > 1.0:
                 break  # a call this slow is past any warm-up effect
-    synchronize(device)
     times: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -65,10 +75,9 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
             if (max_seconds is not None and len(done) >= 3
                     and sum(done) >= max_seconds):
                 continue
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            done.append(time.perf_counter() - start)
+            if settle and (not done or done[-1] <= 1.0):
+                call(fn)
+            done.append(call(fn))
     return times
 
 

@@ -18,7 +18,10 @@ not included). Per image size and head, in one run:
 * forward latency (inference, ``no_grad``) and forward+backward latency
   (training mode, gradients to the parameters and the input features):
   the median over ``--repeats`` calls after warm-up, the heads timed in
-  interleaved rounds so that a change in machine load hits all alike;
+  interleaved rounds so that a change in machine load hits all alike,
+  each timed call right after an untimed one of the same head (so a head
+  is timed in steady use, not after another head has flushed the caches
+  and the allocator's free memory);
 * peak memory of one forward and of one forward+backward (CUDA:
   ``max_memory_allocated``; CPU: the rise of the resident-set high-water
   mark);

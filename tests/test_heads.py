@@ -66,6 +66,58 @@ def test_joint_heads_follow_the_mask_frame(name):
     torch.testing.assert_close(head([feat]), masks)
 
 
+@pytest.mark.parametrize('name', list(HEADS))
+def test_inference_path_computes_what_training_path_computes(name):
+    """Under ``no_grad`` the layers sum their updates in place and CBSA
+    multiplies per subspace; the result must not change, also with a
+    forward hook on the attention (which keeps the out-of-place sum)."""
+    torch.manual_seed(0)
+    head = build_head(name).eval()
+    feat = torch.randn(2, 24, 5, 7)
+    reference = head([feat]).detach()
+    with torch.no_grad():
+        torch.testing.assert_close(head([feat]), reference, rtol=1e-5,
+                                   atol=1e-6)
+        seen = []
+        handle = head.layers[0].attn.register_forward_hook(
+            lambda module, args, out: seen.append(out.clone()))
+        try:
+            torch.testing.assert_close(head([feat]), reference, rtol=1e-5,
+                                       atol=1e-6)
+        finally:
+            handle.remove()
+    assert len(seen) == 1
+
+
+def test_add_update_sums_in_place_only_when_safe():
+    from mmseg_whitebox.models.decode_heads.mask_frame import add_update
+    plain, hooked = torch.nn.Identity(), torch.nn.Identity()
+    hooked.register_forward_hook(lambda *args: None)
+    x = torch.randn(2, 5, 3)
+    with torch.no_grad():
+        update = torch.randn(2, 5, 3)
+        expected = x + update
+        out = add_update(x, update, plain)
+        assert out.data_ptr() == update.data_ptr()  # no new buffer
+        torch.testing.assert_close(out, expected)
+        for other, module in [(torch.randn(2, 5, 3), hooked),
+                              (torch.randn(2, 5, 3, dtype=torch.float64),
+                               plain),
+                              (torch.randn(1, 5, 3), plain),
+                              (torch.randn(2, 3, 5).transpose(1, 2), plain),
+                              (x, plain)]:
+            before = other.clone()
+            out = add_update(x, other, module)
+            assert out.data_ptr() != other.data_ptr()
+            torch.testing.assert_close(other, before)  # left untouched
+            assert out.dtype == torch.promote_types(x.dtype, other.dtype)
+    # with gradients flowing, out of place
+    update = torch.randn(2, 5, 3, requires_grad=True)
+    out = add_update(x, update * 1, plain)
+    out.sum().backward()
+    torch.testing.assert_close(update.grad, torch.ones_like(update))
+
+
 def test_depict_ca_cross_attends_with_class_queries():
     torch.manual_seed(0)
     head = build_head('depict-ca').eval()

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.analysis.complexity import flop_analyzer
 from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
+from mmseg_whitebox.ops.subspace import per_subspace_matmul
 
 from _helpers import import_tool
 
@@ -173,6 +174,32 @@ def test_cbsa_reproduces_published_listing_on_square_grids():
     x = torch.randn(2, 100 + 7, 30)
     torch.testing.assert_close(op(x, (10, 10)),
                                straightforward_cbsa(op, x, 10, 10))
+
+
+def test_per_subspace_matmul_equals_matmul_on_every_path():
+    torch.manual_seed(0)
+    a = torch.randn(2, 3, 5, 7)
+    b = torch.randn(1, 3, 4, 7).transpose(-1, -2)  # broadcast, strided
+    expected = torch.matmul(a, b)
+    with torch.no_grad():  # one 2-D mm per matrix on a CPU
+        torch.testing.assert_close(per_subspace_matmul(a, b), expected)
+    a.requires_grad_(True)  # torch.matmul, differentiable
+    out = per_subspace_matmul(a, b)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    torch.testing.assert_close(a.grad, b.sum(-1).unsqueeze(-2).expand_as(a))
+
+
+@pytest.mark.parametrize('out_proj', ['linear', 'tied'])
+def test_cbsa_inference_path_equals_training_path(out_proj):
+    torch.manual_seed(0)
+    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 3),
+              out_proj=out_proj)
+    x = torch.randn(2, 4 * 6 + 3, 20)
+    with_grad = op(x, (4, 6))
+    assert with_grad.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(op(x, (4, 6)), with_grad)
 
 
 def test_cbsa_stop_gradient_on_initial_representatives():

@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .subspace import SubspaceAttention
+from .subspace import SubspaceAttention, per_subspace_matmul
 
 GridSize = Union[int, Tuple[int, int]]
 
@@ -122,8 +122,10 @@ class CBSA(SubspaceAttention):
         Returns:
             The update ``(B, N, d)`` (and ``A``).
 
-        Every product runs over all subspaces at once, and nothing larger
-        than ``m x N`` per subspace is formed: the extraction weights are
+        Every product runs over all subspaces at once (for inference on a
+        CPU, one multi-threaded product per subspace:
+        :func:`~mmseg_whitebox.ops.subspace.per_subspace_matmul`), and
+        nothing larger than ``m x N`` per subspace is formed: the extraction weights are
         materialised once (linear in ``N``), unnormalised, and serve the
         extraction, the broadcast and the backward pass; the softmax
         normalisation, scale factors and step sizes are applied to
@@ -142,14 +144,14 @@ class CBSA(SubspaceAttention):
         # extraction, eq. (5): A = E / s (B, K, m, N), softmax over tokens,
         # kept unnormalised: 1/s is applied to the m-sized products
         # instead, so A costs one N-sized buffer, written in place
-        logits = torch.matmul(rep0 * self.scale, w.transpose(-1, -2))
+        logits = per_subspace_matmul(rep0 * self.scale, w.transpose(-1, -2))
         shift = logits.detach().amax(dim=-1, keepdim=True)
         weights = logits.sub_(shift).exp_()  # E, (B, K, m, N)
         # (summed in at least fp32, also under fp16/bf16 autocast)
         sum_dtype = torch.promote_types(weights.dtype, torch.float32)
         inv_sum = weights.sum(dim=-1, keepdim=True,
                               dtype=sum_dtype).reciprocal()
-        rep = rep0 + (self.eta * inv_sum) * torch.matmul(weights, w)
+        rep = rep0 + (self.eta * inv_sum) * per_subspace_matmul(weights, w)
         # contraction among the m representatives, eq. (8)
         contraction = F.scaled_dot_product_attention(
             rep, rep, rep, scale=self.scale)

@@ -21,6 +21,46 @@ OUT_PROJ_MODES = ('linear', 'tied')
 BASIS_INITS = ('trunc_normal', 'scaled_normal', 'orthogonal')
 
 
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return device_type == 'cpu' and torch.is_autocast_cpu_enabled()
+
+
+def _compiling() -> bool:
+    is_compiling = getattr(getattr(torch, 'compiler', None), 'is_compiling',
+                           None)
+    return bool(is_compiling is not None and is_compiling())
+
+
+def per_subspace_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for ``(B, K, x, y)`` and ``(B, K, y, z)`` tensors.
+
+    On a CPU, torch's batched matmul gives each of the ``B*K`` matrices to
+    one thread, so a few large ones (3 subspaces of an image on 2 or 16
+    cores) leave threads idle. For eager inference there (no gradient,
+    autocast, tracing or compiling), each product is one 2-D ``mm`` on all
+    threads, written straight into the result; otherwise this is
+    ``torch.matmul`` (which FLOP counters and exporters also see).
+    """
+    if (a.device.type != 'cpu' or a.dtype != b.dtype
+            or torch.jit.is_tracing() or torch.jit.is_scripting()
+            or _compiling()
+            or (torch.is_grad_enabled()
+                and (a.requires_grad or b.requires_grad))
+            or _autocast_on('cpu')):
+        return torch.matmul(a, b)
+    batch, heads = torch.broadcast_shapes(a.shape[:2], b.shape[:2])
+    a = a.expand(batch, heads, *a.shape[2:])
+    b = b.expand(batch, heads, *b.shape[2:])
+    out = a.new_empty(batch, heads, a.shape[2], b.shape[3])
+    for i in range(batch):
+        for k in range(heads):
+            torch.mm(a[i, k], b[i, k], out=out[i, k])
+    return out
+
+
 class SubspaceAttention(nn.Module):
     """Base class: bases ``proj`` (U) and the projection back.
 
@@ -134,9 +174,9 @@ class SubspaceAttention(nn.Module):
         back = self.back_weight().view(k, self.head_dim, self.dim)
         per_value = torch.matmul(values, back).reshape(b, k * m, self.dim)
         gather = weights.reshape(b, k * m, n).transpose(1, 2)
-        if self.out_proj is None:
-            return torch.bmm(gather, per_value)
-        return torch.baddbmm(self.out_proj.bias, gather, per_value)
+        out = torch.bmm(gather, per_value)
+        # (baddbmm would first copy the bias into every row of the output)
+        return out if self.out_proj is None else out.add_(self.out_proj.bias)
 
     def extra_repr(self) -> str:
         return (f'dim={self.dim}, num_heads={self.num_heads}, '

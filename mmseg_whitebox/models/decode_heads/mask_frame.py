@@ -21,6 +21,26 @@ from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 from mmseg_whitebox.ops import SubspaceAttention
 
 
+def add_update(x: torch.Tensor, update: torch.Tensor,
+               module: nn.Module) -> torch.Tensor:
+    """``x + update``, where ``update`` is what ``module`` returned.
+
+    For inference, where the update is a fresh tensor of ``x``'s shape and
+    dtype that nothing else holds, it is summed in place: the residual step
+    then allocates (and, on a CPU, page-faults in) no new token-sized
+    buffer. Out of place when gradients flow, when ``module`` has forward
+    hooks (they may keep its output), and for a lower-precision update
+    (autocast), so the residual stream keeps ``x``'s dtype.
+    """
+    if (not (torch.is_grad_enabled() and update.requires_grad)
+            and not module._forward_hooks
+            and update.shape == x.shape and update.dtype == x.dtype
+            and update.is_contiguous() and update._base is None
+            and update.data_ptr() != x.data_ptr()):
+        return update.add_(x)
+    return x + update
+
+
 class PreNormResidual(nn.Module):
     """``x + attn(LayerNorm(x), ...)``: one white-box layer (no MLP).
 
@@ -34,7 +54,7 @@ class PreNormResidual(nn.Module):
         self.attn = attn
 
     def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
-        return x + self.attn(self.norm(x), **kwargs)
+        return add_update(x, self.attn(self.norm(x), **kwargs), self.attn)
 
 
 class CrossPreNormResidual(PreNormResidual):
@@ -43,7 +63,7 @@ class CrossPreNormResidual(PreNormResidual):
 
     def forward(self, query: torch.Tensor,  # type: ignore[override]
                 x: torch.Tensor) -> torch.Tensor:
-        return query + self.attn(query, self.norm(x))
+        return add_update(query, self.attn(query, self.norm(x)), self.attn)
 
 
 class MaskClassificationHead(BaseDecodeHead):

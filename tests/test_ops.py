@@ -202,6 +202,25 @@ def test_cbsa_inference_path_equals_training_path(out_proj):
         torch.testing.assert_close(op(x, (4, 6)), with_grad)
 
 
+def test_cbsa_inplace_writes_into_its_input_only_for_inference():
+    torch.manual_seed(0)
+    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2), inplace=True)
+    x = torch.randn(2, 4 * 4 + 3, 20)
+    kept = x.clone()
+    expected = op(x, (4, 4))  # autograd records: x is left as it was
+    torch.testing.assert_close(x, kept)
+    with torch.no_grad():
+        out = op(x, (4, 4))
+    assert out.data_ptr() == x.data_ptr()  # the input's memory, reused
+    torch.testing.assert_close(out, expected)
+    op.inplace = False
+    x = kept.clone()
+    with torch.no_grad():
+        out = op(x, (4, 4))
+    assert out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(x, kept)
+
+
 def test_cbsa_stop_gradient_on_initial_representatives():
     torch.manual_seed(0)
     op = CBSA(16, num_heads=2, head_dim=4, rep_grid=(2, 2))

@@ -38,7 +38,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .subspace import SubspaceAttention, per_subspace_matmul
+from .subspace import (SubspaceAttention, eager_inference,
+                       per_subspace_matmul)
 
 GridSize = Union[int, Tuple[int, int]]
 
@@ -61,6 +62,10 @@ class CBSA(SubspaceAttention):
         rep_grid: ``(rh, rw)`` grid of representatives per subspace
             (``m = rh * rw``; the published decoder uses 10x10, the
             classification model 8x8).
+        inplace: for inference (no autograd), write the update into the
+            input's memory, which is then lost (as ``nn.ReLU(inplace=True)``
+            does): one token-sized buffer fewer per call. For callers whose
+            input is a temporary, such as the decode head's pre-norm layers.
     """
 
     def __init__(self,
@@ -70,9 +75,11 @@ class CBSA(SubspaceAttention):
                  rep_grid: GridSize = (10, 10),
                  out_proj: str = 'linear',
                  basis_init: str = 'trunc_normal',
-                 init_std: float = 0.02) -> None:
+                 init_std: float = 0.02,
+                 inplace: bool = False) -> None:
         super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
                          init_std)
+        self.inplace = inplace
         self.rep_grid = _pair(rep_grid)
         if min(self.rep_grid) < 1:
             raise ValueError(f'rep_grid must be positive, got {rep_grid}')
@@ -157,11 +164,14 @@ class CBSA(SubspaceAttention):
             rep, rep, rep, scale=self.scale)
         # broadcast with the transposed extraction attention, and back
         values = ((self.kappa * inv_sum) * contraction).to(weights.dtype)
-        out = self.broadcast_back(weights, values)
+        reuse = (self.inplace and x.is_contiguous() and x.dtype == w.dtype
+                 and eager_inference(weights, values))
+        out = self.broadcast_back(weights, values, out=x if reuse else None)
         if not return_attn:
             return out
         return out, weights * inv_sum.to(weights.dtype)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f', rep_grid={self.rep_grid}'
+        return (super().extra_repr() + f', rep_grid={self.rep_grid}'
+                + (', inplace=True' if self.inplace else ''))
 

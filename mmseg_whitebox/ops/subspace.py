@@ -34,6 +34,16 @@ def _compiling() -> bool:
     return bool(is_compiling is not None and is_compiling())
 
 
+def eager_inference(*tensors: torch.Tensor) -> bool:
+    """Whether an operation on ``tensors`` runs eagerly and unrecorded: no
+    autograd graph, no tracing, scripting or compiling. Only then may
+    results be written into existing buffers (``out=``)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not (torch.jit.is_tracing() or torch.jit.is_scripting()
+                or _compiling())
+
+
 def per_subspace_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` for ``(B, K, x, y)`` and ``(B, K, y, z)`` tensors.
 
@@ -45,11 +55,7 @@ def per_subspace_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ``torch.matmul`` (which FLOP counters and exporters also see).
     """
     if (a.device.type != 'cpu' or a.dtype != b.dtype
-            or torch.jit.is_tracing() or torch.jit.is_scripting()
-            or _compiling()
-            or (torch.is_grad_enabled()
-                and (a.requires_grad or b.requires_grad))
-            or _autocast_on('cpu')):
+            or not eager_inference(a, b) or _autocast_on('cpu')):
         return torch.matmul(a, b)
     batch, heads = torch.broadcast_shapes(a.shape[:2], b.shape[:2])
     a = a.expand(batch, heads, *a.shape[2:])
@@ -160,21 +166,24 @@ class SubspaceAttention(nn.Module):
             return torch.bmm(flat, weight)
         return torch.baddbmm(bias, flat, weight)
 
-    def broadcast_back(self, weights: torch.Tensor,
-                       values: torch.Tensor) -> torch.Tensor:
+    def broadcast_back(self,
+                       weights: torch.Tensor,
+                       values: torch.Tensor,
+                       out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``(B, K, m, N)`` weights, ``(B, K, m, p)`` values ->
         ``(B, N, d)``: ``project_back(weights^T @ values)``.
 
         Each of the ``m`` values per subspace is first taken back to
         ``R^d``, then the tokens gather them in one product over all
         subspaces: ``N*K*m*d`` multiply-adds instead of ``N*K*m*p +
-        N*K*p*d``, and no ``N x K*p`` intermediate.
+        N*K*p*d``, and no ``N x K*p`` intermediate. ``out``: a contiguous
+        ``(B, N, d)`` tensor to write the result into (no autograd).
         """
         b, k, m, n = weights.shape
         back = self.back_weight().view(k, self.head_dim, self.dim)
         per_value = torch.matmul(values, back).reshape(b, k * m, self.dim)
         gather = weights.reshape(b, k * m, n).transpose(1, 2)
-        out = torch.bmm(gather, per_value)
+        out = torch.bmm(gather, per_value, out=out)
         # (baddbmm would first copy the bias into every row of the output)
         return out if self.out_proj is None else out.add_(self.out_proj.bias)
 

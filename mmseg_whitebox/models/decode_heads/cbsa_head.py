@@ -44,8 +44,11 @@ class CBSAHead(JointTokenHead):
         self.layers = nn.ModuleList(
             PreNormResidual(
                 self.channels,
+                # the layer's normalised input is a temporary: for
+                # inference the update may overwrite it
                 CBSA(self.channels, num_heads, head_dim, rep_grid, out_proj,
-                     basis_init, self.init_std)) for _ in range(num_layers))
+                     basis_init, self.init_std, inplace=True))
+            for _ in range(num_layers))
 
     def layer_kwargs(self, hw: Tuple[int, int]) -> dict:
         return dict(hw=hw, grid_start=0)

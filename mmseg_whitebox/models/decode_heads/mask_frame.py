@@ -19,6 +19,7 @@ from mmengine.model.weight_init import constant_init, trunc_normal_init
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 
 from mmseg_whitebox.ops import SubspaceAttention
+from mmseg_whitebox.ops.subspace import eager_inference
 
 
 def add_update(x: torch.Tensor, update: torch.Tensor,
@@ -32,8 +33,7 @@ def add_update(x: torch.Tensor, update: torch.Tensor,
     hooks (they may keep its output), and for a lower-precision update
     (autocast), so the residual stream keeps ``x``'s dtype.
     """
-    if (not (torch.is_grad_enabled() and update.requires_grad)
-            and not module._forward_hooks
+    if (eager_inference(update) and not module._forward_hooks
             and update.shape == x.shape and update.dtype == x.dtype
             and update.is_contiguous() and update._base is None
             and update.data_ptr() != x.data_ptr()):

@@ -30,6 +30,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 
+# calls slower than this (seconds) are past any warm-up or cache effect
+SLOW_CALL = 1.0
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
@@ -66,7 +70,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
 
     for fn in fns.values():
         for _ in range(warmup):
-            if call(fn) > 1.0:
+            if call(fn) > SLOW_CALL:
                 break  # a call this slow is past any warm-up effect
     times: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(repeats):
@@ -75,7 +79,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
             if (max_seconds is not None and len(done) >= 3
                     and sum(done) >= max_seconds):
                 continue
-            if settle and (not done or done[-1] <= 1.0):
+            if settle and (not done or done[-1] <= SLOW_CALL):
                 call(fn)
             done.append(call(fn))
     return times

@@ -132,9 +132,10 @@ class CBSA(SubspaceAttention):
         Every product runs over all subspaces at once (for inference on a
         CPU, one multi-threaded product per subspace:
         :func:`~mmseg_whitebox.ops.subspace.per_subspace_matmul`), and
-        nothing larger than ``m x N`` per subspace is formed: the extraction weights are
-        materialised once (linear in ``N``), unnormalised, and serve the
-        extraction, the broadcast and the backward pass; the softmax
+        nothing larger than ``m x N`` per subspace is formed: the
+        extraction weights are materialised once (linear in ``N``),
+        unnormalised, and serve the extraction, the broadcast and the
+        backward pass; the softmax
         normalisation, scale factors and step sizes are applied to
         ``m``-sized tensors, never to ``N``-sized ones; the broadcast and
         the projection back are one product

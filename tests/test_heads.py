@@ -89,6 +89,28 @@ def test_inference_path_computes_what_training_path_computes(name):
     assert len(seen) == 1
 
 
+@pytest.mark.parametrize('name', ['cbsa', 'cbsa-rigorous'])
+def test_cbsa_layers_sum_into_the_token_stream_unless_hooked(name):
+    torch.manual_seed(0)
+    layer = build_head(name).layers[0]
+    x = torch.randn(2, 5 * 7 + 7, 24)
+    expected = x + layer.attn(layer.norm(x), hw=(5, 7))
+    with torch.no_grad():
+        out = layer(x.clone(), hw=(5, 7))
+        torch.testing.assert_close(out, expected)
+        for module in [layer, layer.attn]:  # a hook may keep x or the update
+            handle = module.register_forward_pre_hook(lambda *args: None)
+            kept = x.clone()
+            torch.testing.assert_close(layer(kept, hw=(5, 7)), expected)
+            torch.testing.assert_close(kept, x)
+            handle.remove()
+        kept = x.clone()
+        out = layer(kept, hw=(5, 7))
+        assert out.data_ptr() == kept.data_ptr()
+        layer.inplace = False
+        assert layer(kept, hw=(5, 7)).data_ptr() != kept.data_ptr()
+
+
 def test_add_update_sums_in_place_only_when_safe():
     from mmseg_whitebox.models.decode_heads.mask_frame import add_update
     plain, hooked = torch.nn.Identity(), torch.nn.Identity()

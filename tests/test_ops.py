@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.analysis.complexity import flop_analyzer
 from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
+from mmseg_whitebox.ops import subspace
 from mmseg_whitebox.ops.subspace import per_subspace_matmul
 
 from _helpers import import_tool
@@ -176,7 +177,7 @@ def test_cbsa_reproduces_published_listing_on_square_grids():
                                straightforward_cbsa(op, x, 10, 10))
 
 
-def test_per_subspace_matmul_equals_matmul_on_every_path():
+def test_per_subspace_matmul_equals_matmul_on_every_path(monkeypatch):
     torch.manual_seed(0)
     a = torch.randn(2, 3, 5, 7)
     b = torch.randn(1, 3, 4, 7).transpose(-1, -2)  # broadcast, strided
@@ -188,6 +189,20 @@ def test_per_subspace_matmul_equals_matmul_on_every_path():
     torch.testing.assert_close(out, expected)
     out.sum().backward()
     torch.testing.assert_close(a.grad, b.sum(-1).unsqueeze(-2).expand_as(a))
+    # into a buffer, contiguous per image (a view with a gap between
+    # images), both by 2-D products and (as on a GPU) by torch.matmul
+    for two_d in [True, False]:
+        monkeypatch.setattr(subspace, '_two_d_products',
+                            lambda a, b, two_d=two_d: two_d)
+        buffer = torch.zeros(2, 3 * 5 + 1, 4)
+        with torch.no_grad():
+            out = per_subspace_matmul(a, b,
+                                      out=buffer[:, :15].view(2, 3, 5, 4))
+        assert out.data_ptr() == buffer.data_ptr()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(buffer[:, 15], torch.zeros(2, 4))
+        with pytest.raises(ValueError, match='contiguous per image'):
+            per_subspace_matmul(a, b, out=torch.zeros(2, 3, 4, 5).mT)
 
 
 @pytest.mark.parametrize('out_proj', ['linear', 'tied'])
@@ -202,23 +217,52 @@ def test_cbsa_inference_path_equals_training_path(out_proj):
         torch.testing.assert_close(op(x, (4, 6)), with_grad)
 
 
-def test_cbsa_inplace_writes_into_its_input_only_for_inference():
+@pytest.mark.parametrize('out_proj', ['linear', 'tied'])
+def test_cbsa_sums_into_the_residual_in_place_only_for_inference(out_proj):
     torch.manual_seed(0)
-    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2), inplace=True)
+    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2),
+              out_proj=out_proj)
     x = torch.randn(2, 4 * 4 + 3, 20)
-    kept = x.clone()
-    expected = op(x, (4, 4))  # autograd records: x is left as it was
-    torch.testing.assert_close(x, kept)
+    residual = torch.randn(2, 4 * 4 + 3, 20)
+    kept = residual.clone()
+    update, attn = op(x, (4, 4), return_attn=True)
+    expected = kept + update
+    # autograd records: the residual is left as it was
+    torch.testing.assert_close(op(x, (4, 4), residual=residual), expected)
+    torch.testing.assert_close(residual, kept)
     with torch.no_grad():
-        out = op(x, (4, 4))
-    assert out.data_ptr() == x.data_ptr()  # the input's memory, reused
+        out, attn_in_place = op(x, (4, 4), return_attn=True,
+                                residual=residual)
+    assert out.data_ptr() == residual.data_ptr()  # summed into it
     torch.testing.assert_close(out, expected)
-    op.inplace = False
-    x = kept.clone()
-    with torch.no_grad():
-        out = op(x, (4, 4))
-    assert out.data_ptr() != x.data_ptr()
-    torch.testing.assert_close(x, kept)
+    torch.testing.assert_close(attn_in_place, attn)
+    # a strided or differently typed residual: an ordinary sum
+    strided = torch.empty(4 * 4 + 3, 2, 20).transpose(0, 1).copy_(kept)
+    for other in [strided, kept.float()]:
+        before = other.clone()
+        with torch.no_grad():
+            out = op(x, (4, 4), residual=other)
+        assert out.data_ptr() != other.data_ptr()
+        torch.testing.assert_close(other, before)
+        torch.testing.assert_close(out, expected, check_dtype=False)
+    with pytest.raises(ValueError, match='residual has shape'):
+        op(x, (4, 4), residual=kept[:, 1:])
+
+
+def test_broadcast_back_gathers_the_bias_with_a_row_of_ones():
+    torch.manual_seed(0)
+    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2))
+    weights = torch.rand(2, 3 * 4, 9)
+    values = torch.randn(2, 3, 4, 6)
+    expected = op.broadcast_back(weights, values)
+    with_ones = torch.cat([weights, torch.ones(2, 1, 9)], dim=1)
+    torch.testing.assert_close(op.broadcast_back(with_ones, values),
+                               expected)
+    with pytest.raises(ValueError, match='expected 12'):
+        op.broadcast_back(weights[:, 1:], values)
+    op.out_proj = None  # tied: no bias, so no row of ones either
+    with pytest.raises(ValueError, match=r'expected 12 \(K\*m\)$'):
+        op.broadcast_back(with_ones, values)
 
 
 def test_cbsa_stop_gradient_on_initial_representatives():

@@ -243,6 +243,11 @@ def test_ablation_equals_attention_zeroed_by_hand(name):
                 lambda query, *a, identity=None, **kw: identity)
         elif name == 'depict-ca' and 'cross' in site.name:
             site.attention.forward = lambda query, x: torch.zeros_like(query)
+        elif getattr(site.attention, 'accepts_residual', False):
+            # CBSA may be asked for residual + update (see PreNormResidual)
+            site.attention.forward = (
+                lambda x, *a, residual=None, **kw: torch.zeros_like(x)
+                if residual is None else residual)
         else:
             site.attention.forward = (
                 lambda x, *a, **kw: torch.zeros_like(x))

@@ -44,8 +44,9 @@ class capture_cbsa_attention:
             records = self.records[name]
 
             def forward(x, hw, grid_start=0, return_attn=False,
-                        original=original, records=records):
-                out, attn = original(x, hw, grid_start, return_attn=True)
+                        residual=None, original=original, records=records):
+                out, attn = original(x, hw, grid_start, return_attn=True,
+                                     residual=residual)
                 records.append(dict(attn=attn.detach().cpu(), hw=tuple(hw),
                                     grid_start=grid_start))
                 return (out, attn) if return_attn else out

@@ -32,14 +32,13 @@ receive the broadcast, but not in the pooled initialisation.
 """
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .subspace import (SubspaceAttention, eager_inference,
-                       per_subspace_matmul)
+from .subspace import SubspaceAttention, per_subspace_matmul, sums_in_place
 
 GridSize = Union[int, Tuple[int, int]]
 
@@ -62,11 +61,10 @@ class CBSA(SubspaceAttention):
         rep_grid: ``(rh, rw)`` grid of representatives per subspace
             (``m = rh * rw``; the published decoder uses 10x10, the
             classification model 8x8).
-        inplace: for inference (no autograd), write the update into the
-            input's memory, which is then lost (as ``nn.ReLU(inplace=True)``
-            does): one token-sized buffer fewer per call. For callers whose
-            input is a temporary, such as the decode head's pre-norm layers.
     """
+
+    #: ``forward`` can return ``residual + update`` itself (see there)
+    accepts_residual = True
 
     def __init__(self,
                  dim: int,
@@ -75,11 +73,9 @@ class CBSA(SubspaceAttention):
                  rep_grid: GridSize = (10, 10),
                  out_proj: str = 'linear',
                  basis_init: str = 'trunc_normal',
-                 init_std: float = 0.02,
-                 inplace: bool = False) -> None:
+                 init_std: float = 0.02) -> None:
         super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
                          init_std)
-        self.inplace = inplace
         self.rep_grid = _pair(rep_grid)
         if min(self.rep_grid) < 1:
             raise ValueError(f'rep_grid must be positive, got {rep_grid}')
@@ -113,7 +109,8 @@ class CBSA(SubspaceAttention):
                 x: torch.Tensor,
                 hw: Tuple[int, int],
                 grid_start: int = 0,
-                return_attn: bool = False
+                return_attn: bool = False,
+                residual: Optional[torch.Tensor] = None
                 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """Apply CBSA.
 
@@ -125,9 +122,14 @@ class CBSA(SubspaceAttention):
             grid_start: index of the first grid token.
             return_attn: also return the extraction attention ``A``,
                 ``(B, K, m, N)`` (which tokens each representative gathers).
+            residual: ``(B, N, d)``: return ``residual + update`` instead
+                of the update. For inference, the last product sums into
+                ``residual``'s memory, which is overwritten (as by ``+=``):
+                no token-sized output buffer, no separate passes for the
+                sum and the output bias.
 
         Returns:
-            The update ``(B, N, d)`` (and ``A``).
+            The update ``(B, N, d)`` (or ``residual + update``; and ``A``).
 
         Every product runs over all subspaces at once (for inference on a
         CPU, one multi-threaded product per subspace:
@@ -135,10 +137,9 @@ class CBSA(SubspaceAttention):
         nothing larger than ``m x N`` per subspace is formed: the
         extraction weights are materialised once (linear in ``N``),
         unnormalised, and serve the extraction, the broadcast and the
-        backward pass; the softmax
-        normalisation, scale factors and step sizes are applied to
-        ``m``-sized tensors, never to ``N``-sized ones; the broadcast and
-        the projection back are one product
+        backward pass; the softmax normalisation, scale factors and step
+        sizes are applied to ``m``-sized tensors, never to ``N``-sized
+        ones; the broadcast and the projection back are one product
         (:meth:`~SubspaceAttention.broadcast_back`).
         """
         b, n, _ = x.shape
@@ -147,12 +148,26 @@ class CBSA(SubspaceAttention):
             raise ValueError(
                 f'a {h}x{wd} token grid starting at {grid_start} does not '
                 f'fit in {n} tokens')
+        if residual is not None and residual.shape != x.shape:
+            raise ValueError(f'residual has shape {tuple(residual.shape)}, '
+                             f'the tokens {tuple(x.shape)}')
+        k, m = self.num_heads, self.num_representatives
         w = self.project(x)  # (B, K, N, p)
         rep0 = self.initial_representatives(w, (h, wd), grid_start)
         # extraction, eq. (5): A = E / s (B, K, m, N), softmax over tokens,
         # kept unnormalised: 1/s is applied to the m-sized products
-        # instead, so A costs one N-sized buffer, written in place
-        logits = per_subspace_matmul(rep0 * self.scale, w.transpose(-1, -2))
+        # instead, so A costs one N-sized buffer, written in place. When
+        # the residual is summed in place, that buffer gets a row of ones
+        # per image, which gathers the output bias in the broadcast
+        in_place = residual is not None and sums_in_place(residual, w)
+        gather = logits = None
+        if in_place:
+            gather = w.new_empty(b, k * m + int(self.out_proj is not None),
+                                 n)
+            gather[:, k * m:] = 1
+            logits = gather[:, :k * m].view(b, k, m, n)
+        logits = per_subspace_matmul(rep0 * self.scale,
+                                     w.transpose(-1, -2), out=logits)
         shift = logits.detach().amax(dim=-1, keepdim=True)
         weights = logits.sub_(shift).exp_()  # E, (B, K, m, N)
         # (summed in at least fp32, also under fp16/bf16 autocast)
@@ -165,14 +180,13 @@ class CBSA(SubspaceAttention):
             rep, rep, rep, scale=self.scale)
         # broadcast with the transposed extraction attention, and back
         values = ((self.kappa * inv_sum) * contraction).to(weights.dtype)
-        reuse = (self.inplace and x.is_contiguous() and x.dtype == w.dtype
-                 and eager_inference(weights, values))
-        out = self.broadcast_back(weights, values, out=x if reuse else None)
+        if gather is None:
+            gather = weights.reshape(b, k * m, n)
+        out = self.broadcast_back(gather, values, residual)
         if not return_attn:
             return out
         return out, weights * inv_sum.to(weights.dtype)
 
     def extra_repr(self) -> str:
-        return (super().extra_repr() + f', rep_grid={self.rep_grid}'
-                + (', inplace=True' if self.inplace else ''))
+        return super().extra_repr() + f', rep_grid={self.rep_grid}'
 

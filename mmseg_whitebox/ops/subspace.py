@@ -21,7 +21,8 @@ OUT_PROJ_MODES = ('linear', 'tied')
 BASIS_INITS = ('trunc_normal', 'scaled_normal', 'orthogonal')
 
 
-def _autocast_on(device_type: str) -> bool:
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (any torch version)."""
     try:
         return torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4 takes no device type
@@ -44,7 +45,24 @@ def eager_inference(*tensors: torch.Tensor) -> bool:
                 or _compiling())
 
 
-def per_subspace_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def sums_in_place(target: torch.Tensor, *operands: torch.Tensor) -> bool:
+    """Whether a product of ``operands`` may be summed into ``target``'s
+    memory: eager inference (:func:`eager_inference`) without autocast,
+    ``target`` contiguous and of the operands' dtype."""
+    return (target.is_contiguous()
+            and all(t.dtype == target.dtype for t in operands)
+            and eager_inference(target, *operands)
+            and not autocast_on(target.device.type))
+
+
+def _two_d_products(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.device.type == 'cpu' and a.dtype == b.dtype
+            and eager_inference(a, b) and not autocast_on('cpu'))
+
+
+def per_subspace_matmul(a: torch.Tensor,
+                        b: torch.Tensor,
+                        out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``a @ b`` for ``(B, K, x, y)`` and ``(B, K, y, z)`` tensors.
 
     On a CPU, torch's batched matmul gives each of the ``B*K`` matrices to
@@ -53,15 +71,24 @@ def per_subspace_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     autocast, tracing or compiling), each product is one 2-D ``mm`` on all
     threads, written straight into the result; otherwise this is
     ``torch.matmul`` (which FLOP counters and exporters also see).
+
+    ``out``: for inference only, a ``(B, K, x, z)`` tensor, contiguous per
+    image (it may be a view into a larger buffer), to write into.
     """
-    if (a.device.type != 'cpu' or a.dtype != b.dtype
-            or not eager_inference(a, b) or _autocast_on('cpu')):
+    fast = _two_d_products(a, b)
+    if out is None and not fast:
         return torch.matmul(a, b)
     batch, heads = torch.broadcast_shapes(a.shape[:2], b.shape[:2])
     a = a.expand(batch, heads, *a.shape[2:])
     b = b.expand(batch, heads, *b.shape[2:])
-    out = a.new_empty(batch, heads, a.shape[2], b.shape[3])
+    if out is None:
+        out = a.new_empty(batch, heads, a.shape[2], b.shape[3])
+    elif not all(out[i].is_contiguous() for i in range(batch)):
+        raise ValueError('out must be contiguous per image')
     for i in range(batch):
+        if not fast:
+            torch.matmul(a[i], b[i], out=out[i])
+            continue
         for k in range(heads):
             torch.mm(a[i, k], b[i, k], out=out[i, k])
     return out
@@ -167,25 +194,47 @@ class SubspaceAttention(nn.Module):
         return torch.baddbmm(bias, flat, weight)
 
     def broadcast_back(self,
-                       weights: torch.Tensor,
+                       gather: torch.Tensor,
                        values: torch.Tensor,
-                       out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B, K, m, N)`` weights, ``(B, K, m, p)`` values ->
-        ``(B, N, d)``: ``project_back(weights^T @ values)``.
+                       residual: Optional[torch.Tensor] = None
+                       ) -> torch.Tensor:
+        """``(B, K*m, N)`` gather weights (each subspace's ``m x N``
+        weights, stacked), ``(B, K, m, p)`` values -> ``(B, N, d)``:
+        ``project_back(weights^T @ values)``, plus ``residual`` if given.
 
         Each of the ``m`` values per subspace is first taken back to
         ``R^d``, then the tokens gather them in one product over all
         subspaces: ``N*K*m*d`` multiply-adds instead of ``N*K*m*p +
-        N*K*p*d``, and no ``N x K*p`` intermediate. ``out``: a contiguous
-        ``(B, N, d)`` tensor to write the result into (no autograd).
+        N*K*p*d``, and no ``N x K*p`` intermediate.
+
+        For inference, two passes over the ``(B, N, d)`` output are saved:
+        ``gather`` may end with one more row per image, of ones, then the
+        output bias is the value gathered with it; and ``residual`` (a
+        contiguous tensor of the output's dtype; no autograd) is summed in
+        by the product itself, in place: it is overwritten and returned.
         """
-        b, k, m, n = weights.shape
+        b, rows, n = gather.shape
+        k, m = values.shape[1:3]
         back = self.back_weight().view(k, self.head_dim, self.dim)
         per_value = torch.matmul(values, back).reshape(b, k * m, self.dim)
-        gather = weights.reshape(b, k * m, n).transpose(1, 2)
-        out = torch.bmm(gather, per_value, out=out)
+        bias = None if self.out_proj is None else self.out_proj.bias
+        if rows == k * m + 1 and bias is not None:
+            per_value = torch.cat([per_value, bias.expand(b, 1, -1)], dim=1)
+            bias = None
+        elif rows != k * m:
+            raise ValueError(
+                f'gather has {rows} rows per image; expected {k * m} '
+                f'(K*m){" or K*m+1" if bias is not None else ""}')
+        gather = gather.transpose(1, 2)
+        if residual is not None and sums_in_place(residual, gather,
+                                                  per_value):
+            out = residual.baddbmm_(gather, per_value)
+        else:
+            out = torch.bmm(gather, per_value)
+            if residual is not None:
+                out = out + residual
         # (baddbmm would first copy the bias into every row of the output)
-        return out if self.out_proj is None else out.add_(self.out_proj.bias)
+        return out if bias is None else out.add_(bias)
 
     def extra_repr(self) -> str:
         return (f'dim={self.dim}, num_heads={self.num_heads}, '

@@ -44,10 +44,11 @@ class CBSAHead(JointTokenHead):
         self.layers = nn.ModuleList(
             PreNormResidual(
                 self.channels,
-                # the layer's normalised input is a temporary: for
-                # inference the update may overwrite it
                 CBSA(self.channels, num_heads, head_dim, rep_grid, out_proj,
-                     basis_init, self.init_std, inplace=True))
+                     basis_init, self.init_std),
+                # the token stream is the head's own: for inference each
+                # layer may sum its update into it in place
+                inplace=True)
             for _ in range(num_layers))
 
     def layer_kwargs(self, hw: Tuple[int, int]) -> dict:

@@ -22,6 +22,10 @@ from mmseg_whitebox.ops import SubspaceAttention
 from mmseg_whitebox.ops.subspace import eager_inference
 
 
+def _has_hooks(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
 def add_update(x: torch.Tensor, update: torch.Tensor,
                module: nn.Module) -> torch.Tensor:
     """``x + update``, where ``update`` is what ``module`` returned.
@@ -46,14 +50,28 @@ class PreNormResidual(nn.Module):
 
     The attention update is the output of ``self.attn``, so analysis tools
     can read or remove it with a forward hook on that submodule.
+
+    Args:
+        dim: token width.
+        attn: the attention operator.
+        inplace: for inference, let an operator that can sum its update
+            into the residual stream itself (``accepts_residual``, e.g.
+            CBSA) do so in the input's memory, which is overwritten (as
+            with ``nn.ReLU(inplace=True)``). Not while this layer or its
+            operator has hooks, which may need the input or the update.
     """
 
-    def __init__(self, dim: int, attn: nn.Module) -> None:
+    def __init__(self, dim: int, attn: nn.Module,
+                 inplace: bool = False) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.attn = attn
+        self.inplace = inplace
 
     def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        if (self.inplace and getattr(self.attn, 'accepts_residual', False)
+                and not _has_hooks(self) and not _has_hooks(self.attn)):
+            return self.attn(self.norm(x), residual=x, **kwargs)
         return add_update(x, self.attn(self.norm(x), **kwargs), self.attn)
 
 

@@ -207,11 +207,11 @@ class SubspaceAttention(nn.Module):
         subspaces: ``N*K*m*d`` multiply-adds instead of ``N*K*m*p +
         N*K*p*d``, and no ``N x K*p`` intermediate.
 
-        For inference, two passes over the ``(B, N, d)`` output are saved:
-        ``gather`` may end with one more row per image, of ones, then the
-        output bias is the value gathered with it; and ``residual`` (a
-        contiguous tensor of the output's dtype; no autograd) is summed in
-        by the product itself, in place: it is overwritten and returned.
+        Two passes over the ``(B, N, d)`` output can be saved: ``gather``
+        may end with one more row per image, of ones, whose gathered value
+        is then the output bias; and where :func:`sums_in_place` allows
+        (inference), the product itself sums into ``residual``, which is
+        overwritten and returned (otherwise an ordinary sum).
         """
         b, rows, n = gather.shape
         k, m = values.shape[1:3]
@@ -233,7 +233,8 @@ class SubspaceAttention(nn.Module):
             out = torch.bmm(gather, per_value)
             if residual is not None:
                 out = out + residual
-        # (baddbmm would first copy the bias into every row of the output)
+        # bias not gathered: added afterwards, in place (baddbmm(bias, ...)
+        # would first copy it into every row of the output)
         return out if bias is None else out.add_(bias)
 
     def extra_repr(self) -> str:

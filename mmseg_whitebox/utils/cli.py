@@ -9,18 +9,36 @@ from __future__ import annotations
 import argparse
 import os
 import os.path as osp
-from typing import Iterable, Optional
+import sys
+from typing import Any, Callable, Iterable, Optional
 
 from mmengine.config import Config, DictAction
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 
 
-class ToolError(SystemExit):
-    """A user-facing error: printed without a traceback, exit status 1."""
+#: exit status of every tool on bad input (as argparse's own errors)
+BAD_INPUT = 2
 
-    def __init__(self, message: str) -> None:
-        super().__init__(f'error: {message}')
+
+class ToolError(Exception):
+    """Bad input to a tool: what was wrong and what to do about it.
+
+    :func:`run_tool` prints it as ``<tool>: error: <message>`` (argparse's
+    format) and exits with status :data:`BAD_INPUT`, without a traceback.
+    """
+
+
+def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
+    """Run a tool's ``main(argv)``; a :class:`ToolError` becomes one clear
+    message on stderr and exit status 2. Every script in ``tools/`` ends
+    with ``run_tool(main)``."""
+    try:
+        return main(argv)
+    except ToolError as exc:
+        prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
+        print(f'{prog}: error: {exc}', file=sys.stderr)
+        sys.exit(BAD_INPUT)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

@@ -18,9 +18,14 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     mmcv-lite ships no compiled ``mmcv._ext``, so ``import mmcv.ops`` fails
     and mmseg modules that import from it at module level (point_sample,
     sigmoid_focal_loss, ...) cannot be imported. The fix installs a
-    stand-in ``mmcv.ops`` package that keeps the real pure-PyTorch
-    submodules importable and turns every compiled op into a callable that
-    raises a clear error. Skipped when a compiled mmcv is installed.
+    stand-in ``mmcv.ops`` package (with a proper ``__spec__``) that keeps
+    the real pure-PyTorch submodules importable and provides every compiled
+    op mmseg, mmengine and mmcv's bricks import (``DeformConv2dPack``,
+    ``sigmoid_focal_loss``, ...): functions and classes that import fine
+    and raise a clear error when used. The ops mmcv registers in mmengine's
+    ``MODELS`` (``DCN``, ``DCNv2``, ...) are registered the same way, so
+    ``dcn=dict(type='DCN')`` fails with that error too. Skipped when a
+    compiled mmcv is installed.
 
 ``checkpoint loading``
     mmengine loads local checkpoints with a bare ``torch.load``. The fix
@@ -28,15 +33,19 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     on torch < 2.6, where that was not the default) and decodes the
     weights-only-safe checkpoints this project writes (see
     :mod:`mmseg_whitebox.utils.checkpoint_codec`). A file that needs full
-    unpickling is refused with an error that says how to convert it; the
-    protection is never switched off.
+    unpickling is refused with an error that says how to convert it
+    (``python -m mmseg_whitebox.utils.weights_only``, from any directory);
+    the protection is never switched off.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import pickle
+import shlex
 import sys
 import types
 import warnings
@@ -44,10 +53,36 @@ from typing import Any, Callable, Dict
 
 import torch
 
-# Names mmseg 1.2.2 imports from ``mmcv.ops`` that need the compiled
-# extension; everything pure-Python is resolved from the real submodules.
-COMPILED_MMCV_OPS = ('sigmoid_focal_loss', 'CrissCrossAttention', 'PSAMask',
-                     'DeformConv2d', 'ModulatedDeformConv2d')
+# What mmseg 1.2.2, mmengine 0.10.7 and mmcv's own cnn bricks take from
+# ``mmcv.ops`` that needs the compiled extension; everything pure-Python
+# (point_sample) is resolved from the real submodules.
+#: functions: calling one raises the stand-in's error
+COMPILED_MMCV_FUNCTIONS = ('sigmoid_focal_loss', 'deform_conv2d',
+                           'modulated_deform_conv2d')
+#: ``nn.Module`` classes, as ``name: (base class name or None, name mmcv
+#: registers it under in mmengine's MODELS registry or None)``. The stand-ins
+#: are real classes (``isinstance`` checks and subclassing work, as in
+#: mmengine's optimizer constructor); creating an instance raises. Those
+#: mmcv registers are registered too, so a config such as
+#: ``dcn=dict(type='DCN')`` fails with the same clear error.
+COMPILED_MMCV_CLASSES = {
+    'DeformConv2d': (None, None),
+    'DeformConv2dPack': ('DeformConv2d', 'DCN'),
+    'ModulatedDeformConv2d': (None, None),
+    'ModulatedDeformConv2dPack': ('ModulatedDeformConv2d', 'DCNv2'),
+    'CrissCrossAttention': (None, 'CrissCrossAttention'),
+    'PSAMask': (None, None),
+    'SyncBatchNorm': (None, 'MMSyncBN'),
+    'CARAFEPack': (None, 'carafe'),
+    'SAConv2d': (None, 'SAC'),
+    'MultiScaleDeformableAttention': (None, 'MultiScaleDeformableAttention'),
+}
+#: every compiled op the stand-in provides
+COMPILED_MMCV_OPS = COMPILED_MMCV_FUNCTIONS + tuple(COMPILED_MMCV_CLASSES)
+
+#: how to convert a checkpoint that is refused on load (see
+#: :mod:`mmseg_whitebox.utils.weights_only`)
+WEIGHTS_ONLY_CONVERTER = 'python -m mmseg_whitebox.utils.weights_only'
 
 STATUS: Dict[str, Any] = {}
 _TORCHVISION_LIB = None
@@ -120,6 +155,57 @@ def mmcv_has_compiled_ops() -> bool:
         return False
 
 
+_MMCV_OPS_HOW = ('mmcv-lite has no compiled ops; install the full mmcv '
+                 '(e.g. `pip install -c constraints.txt --no-build-isolation '
+                 'mmcv==2.1.0`, see README) to use it')
+
+
+class _StandinLoader(importlib.abc.Loader):
+    """Loader of the stand-in ``mmcv.ops``: it is built in place by
+    :func:`patch_mmcv_ops`, so there is nothing to execute."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self._module = module
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        return self._module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+    def is_package(self, fullname: str) -> bool:
+        return True
+
+
+def _missing_op_class(name: str, base: type) -> type:
+    """An ``nn.Module`` subclass named like mmcv's compiled op ``name``
+    whose instantiation raises the stand-in's error."""
+    what = f'mmcv.ops.{name}'
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f'{what} is not available here: '
+                                  f'{_MMCV_OPS_HOW}')
+
+    return type(name, (base, ), {
+        '__new__': __new__,
+        '__module__': 'mmcv.ops',
+        '__qualname__': name,
+        '__doc__': f'Stand-in for the compiled {what} (mmcv-lite): '
+                   'creating one raises NotImplementedError.',
+        '__mmseg_whitebox_shim__': True,
+    })
+
+
+def _register_standin(registry: Any, name: str, cls: type) -> None:
+    """Register ``cls`` as ``name`` unless something other than an earlier
+    stand-in holds that name."""
+    current = registry.module_dict.get(name)
+    if current is not None and not getattr(current, '__mmseg_whitebox_shim__',
+                                           False):
+        return
+    registry.register_module(name=name, module=cls, force=True)
+
+
 def patch_mmcv_ops() -> bool:
     """Install a stand-in ``mmcv.ops`` package when only mmcv-lite exists.
 
@@ -137,7 +223,16 @@ def patch_mmcv_ops() -> bool:
                 if k == 'mmcv.ops' or k.startswith('mmcv.ops.')]:
         del sys.modules[key]
     ops = types.ModuleType('mmcv.ops')
-    ops.__path__ = [os.path.join(os.path.dirname(mmcv.__file__), 'ops')]
+    # a real spec, so importlib.util.find_spec('mmcv.ops') answers (it
+    # raises ValueError for a module in sys.modules whose __spec__ is None)
+    # and submodules resolve from mmcv's own ops folder
+    spec = importlib.machinery.ModuleSpec(
+        'mmcv.ops', _StandinLoader(ops), is_package=True)
+    spec.submodule_search_locations = [
+        os.path.join(os.path.dirname(mmcv.__file__), 'ops')]
+    ops.__spec__ = spec
+    ops.__loader__ = spec.loader
+    ops.__path__ = list(spec.submodule_search_locations)
     ops.__package__ = 'mmcv.ops'
     ops.__doc__ = ('Stand-in for mmcv.ops installed by mmseg_whitebox.compat '
                    '(mmcv-lite: no compiled ops).')
@@ -147,11 +242,19 @@ def patch_mmcv_ops() -> bool:
     # point_sample is pure PyTorch (grid_sample) and works as is.
     from mmcv.ops.point_sample import point_sample
     ops.point_sample = point_sample
-    how = ('mmcv-lite has no compiled ops; install the full mmcv '
-           '(e.g. `pip install -c constraints.txt --no-build-isolation '
-           'mmcv==2.1.0`, see README) to use it')
-    for name in COMPILED_MMCV_OPS:
-        setattr(ops, name, _raise_missing(f'mmcv.ops.{name}', how))
+    for name in COMPILED_MMCV_FUNCTIONS:
+        setattr(ops, name, _raise_missing(f'mmcv.ops.{name}', _MMCV_OPS_HOW))
+    # mmcv registers some of its ops in mmengine's root MODELS registry
+    # when mmcv.ops imports (e.g. 'DCN', 'DCNv2' for build_conv_layer);
+    # register the stand-ins under the same names
+    from mmengine.registry import MODELS
+    for name, (base, registered_as) in COMPILED_MMCV_CLASSES.items():
+        cls = _missing_op_class(
+            name, getattr(ops, base) if base else torch.nn.Module)
+        setattr(ops, name, cls)
+        if registered_as is not None:
+            _register_standin(MODELS, registered_as, cls)
+    ops.__all__ = ['point_sample'] + list(COMPILED_MMCV_OPS)
     # mmcv.cnn warns on import that it cannot find this compiled op; with
     # mmcv-lite that is expected and says nothing new
     warnings.filterwarnings(
@@ -164,7 +267,8 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint needs full unpickling, which is refused on load."""
 
 
-def load_from_local_weights_only(filename: str, map_location: Any = None) -> Any:
+def load_from_local_weights_only(filename: str,
+                                 map_location: Any = None) -> Any:
     """``torch.load`` a local checkpoint with ``weights_only=True``.
 
     Checkpoints written with :class:`WeightsOnlyCheckpointHook` store their
@@ -180,14 +284,16 @@ def load_from_local_weights_only(filename: str, map_location: Any = None) -> Any
         checkpoint = torch.load(
             filename, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
+        # absolute, so the printed command works from any directory
+        src = shlex.quote(os.path.abspath(filename))
         raise UnsafeCheckpointError(
             f'Refusing to load {filename}: it contains pickled Python '
             'objects besides tensors, and unpickling them can run arbitrary '
             'code, so it is only loaded with weights_only=True. It was '
             'probably written by a plain mmengine run. If you trust the '
-            'file, convert it once with `python '
-            'tools/model_converters/weights_only.py '
-            f'{filename} OUT.pth --trust` and use OUT.pth. '
+            'file, convert it once with '
+            f'`{WEIGHTS_ONLY_CONVERTER} {src} OUT.pth --trust` and use '
+            'OUT.pth. '
             f'(torch said: {str(exc).splitlines()[0]})') from exc
     return decode_checkpoint(checkpoint)
 

@@ -1,7 +1,12 @@
 """Weights-only checkpoints: the codec, the loader and the converter."""
 import collections
+import os
 import os.path as osp
 import pickle
+import re
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,10 +15,12 @@ from mmengine.logging import HistoryBuffer
 from mmengine.runner.checkpoint import _load_checkpoint
 
 from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils import weights_only
 from mmseg_whitebox.utils.checkpoint_codec import (decode_checkpoint,
                                                    encode_checkpoint)
+from mmseg_whitebox.utils.cli import BAD_INPUT, ToolError
 
-from _helpers import run_tool
+from _helpers import REPO, run_tool
 
 Point = collections.namedtuple('Point', 'x y')
 
@@ -87,21 +94,110 @@ def test_mmengine_loader_decodes_and_refuses_unsafe(tmp_path):
     torch.save(encode_checkpoint(training_state()), safe)
     torch.save(training_state(), unsafe)
     assert_same(training_state(), _load_checkpoint(str(safe)))
-    with pytest.raises(UnsafeCheckpointError,
-                       match='weights_only.py .* --trust'):
+    with pytest.raises(
+            UnsafeCheckpointError,
+            match='`python -m mmseg_whitebox.utils.weights_only .* --trust`'):
         _load_checkpoint(str(unsafe))
     with pytest.raises(FileNotFoundError):
         _load_checkpoint(str(tmp_path / 'missing.pth'))
 
 
 def test_converter_needs_trust_then_converts(tmp_path):
+    """The script in tools/ (run from the repository root)."""
     src, dst = tmp_path / 'unsafe.pth', tmp_path / 'converted.pth'
     torch.save(training_state(local_types=False), src)
     refused = run_tool(['tools/model_converters/weights_only.py', str(src),
                         str(dst)], check=False)
-    assert refused.returncode != 0 and '--trust' in refused.stderr
+    assert refused.returncode == BAD_INPUT
+    assert 'weights_only.py: error:' in refused.stderr
+    assert '--trust' in refused.stderr and 'Traceback' not in refused.stderr
     assert not osp.exists(dst)
     run_tool(['tools/model_converters/weights_only.py', str(src), str(dst),
               '--trust'])
+    assert_same(training_state(local_types=False),
+                _load_checkpoint(str(dst)))
+
+
+def run_elsewhere(args, cwd):
+    """``python <args>`` from ``cwd`` (not the repository root)."""
+    return subprocess.run([sys.executable] + args, cwd=str(cwd),
+                          env=dict(os.environ, PYTHONUNBUFFERED='1'),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_refusal_command_works_from_any_directory(tmp_path):
+    """The command the refusal prints, run as printed from another
+    directory, converts the file; bad input there exits with status 2."""
+    cwd = tmp_path / 'elsewhere'
+    cwd.mkdir()
+    assert osp.realpath(cwd) != osp.realpath(REPO)
+    src = cwd / 'unsafe model.pth'  # a name that needs quoting
+    torch.save(training_state(local_types=False), src)
+    with pytest.raises(UnsafeCheckpointError) as info:
+        _load_checkpoint(str(src))
+    command = re.search(r'`(python -m [^`]*)`', str(info.value)).group(1)
+    args = shlex.split(command)
+    assert args[:3] == ['python', '-m', 'mmseg_whitebox.utils.weights_only']
+    assert args[3] == str(src) and args[4:] == ['OUT.pth', '--trust']
+
+    bad = run_elsewhere(args[1:3] + ['missing.pth', 'OUT.pth', '--trust'],
+                        cwd)
+    assert bad.returncode == BAD_INPUT, bad.stderr
+    assert "error: 'missing.pth' does not exist" in bad.stderr
+    assert 'Traceback' not in bad.stderr
+
+    done = run_elsewhere(args[1:], cwd)
+    assert done.returncode == 0, done.stderr
+    assert 'wrote OUT.pth' in done.stdout
+    assert_same(training_state(local_types=False),
+                _load_checkpoint(str(cwd / 'OUT.pth')))
+
+
+@pytest.mark.parametrize('case', ['no_trust', 'missing', 'same_file',
+                                  'not_a_checkpoint', 'not_a_dict'])
+def test_converter_bad_input_is_a_tool_error(tmp_path, case):
+    src, dst = tmp_path / 'in.pth', tmp_path / 'out.pth'
+    torch.save(training_state(local_types=False), src)
+    argv = [str(src), str(dst), '--trust']
+    message = {'no_trust': '--trust', 'missing': 'does not exist',
+               'same_file': 'new file', 'not_a_checkpoint': 'cannot be read',
+               'not_a_dict': 'holds a list'}[case]
+    if case == 'no_trust':
+        argv = argv[:2]
+    elif case == 'missing':
+        argv[0] = str(tmp_path / 'missing.pth')
+    elif case == 'same_file':
+        argv[1] = str(src)
+    elif case == 'not_a_checkpoint':
+        src.write_text('not a checkpoint')
+    elif case == 'not_a_dict':
+        torch.save([torch.zeros(1)], src)
+    with pytest.raises(ToolError, match=message):
+        weights_only.main(argv)
+    assert not osp.exists(dst)
+
+
+def test_converter_console_script(tmp_path, monkeypatch, capsys):
+    """``[project.scripts]`` names an entry that takes no arguments and
+    reports bad input like every tool: ``<prog>: error: ...``, status 2."""
+    tomllib = pytest.importorskip('tomllib')
+    with open(osp.join(REPO, 'pyproject.toml'), 'rb') as f:
+        scripts = tomllib.load(f)['project']['scripts']
+    module, _, attr = scripts['mmseg-whitebox-weights-only'].partition(':')
+    entry = getattr(__import__(module, fromlist=[attr]), attr)
+    assert entry is weights_only.cli_main
+
+    src, dst = tmp_path / 'in.pth', tmp_path / 'sub' / 'out.pth'
+    torch.save(training_state(local_types=False), src)
+    monkeypatch.setattr(sys, 'argv', ['mmseg-whitebox-weights-only',
+                                      str(src), str(dst)])
+    with pytest.raises(SystemExit) as info:
+        entry()
+    assert info.value.code == BAD_INPUT
+    assert capsys.readouterr().err.startswith(
+        'mmseg-whitebox-weights-only: error: ')
+    monkeypatch.setattr(sys, 'argv', ['mmseg-whitebox-weights-only',
+                                      str(src), str(dst), '--trust'])
+    entry()
     assert_same(training_state(local_types=False),
                 _load_checkpoint(str(dst)))

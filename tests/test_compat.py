@@ -1,6 +1,9 @@
 """The compatibility layer: what it patches, and that it leaves alone what
 does not need patching."""
+import ast
 import importlib
+import importlib.util
+import os
 import sys
 
 import pytest
@@ -67,6 +70,140 @@ def test_mmcv_ops_standin_with_mmcv_lite():
     # and mmseg modules that import them at module level still import
     importlib.import_module('mmseg.models.losses.focal_loss')
     importlib.import_module('mmseg.models.decode_heads.point_head')
+
+
+needs_mmcv_ops_standin = pytest.mark.skipif(
+    not compat.STATUS.get('mmcv_ops_shim'),
+    reason='compiled mmcv installed: stand-in not used')
+
+
+@needs_mmcv_ops_standin
+def test_mmcv_ops_standin_has_a_spec():
+    import mmcv.ops
+    spec = importlib.util.find_spec('mmcv.ops')  # raised ValueError before
+    assert spec is not None and spec is mmcv.ops.__spec__
+    assert spec.name == 'mmcv.ops'
+    assert spec.loader is not None
+    ops_dir = os.path.join(os.path.dirname(sys.modules['mmcv'].__file__),
+                           'ops')
+    assert spec.submodule_search_locations == [ops_dir]
+    # submodules still resolve from mmcv's own ops folder
+    sub = importlib.util.find_spec('mmcv.ops.point_sample')
+    assert sub is not None and sub.origin.startswith(ops_dir)
+
+
+def _names_imported_from_mmcv_ops(package_dir):
+    names = set()
+    for root, _, files in os.walk(package_dir):
+        for fname in files:
+            if not fname.endswith('.py'):
+                continue
+            with open(os.path.join(root, fname), encoding='utf-8') as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and \
+                        node.module == 'mmcv.ops':
+                    names.update(a.name for a in node.names)
+    return names
+
+
+@needs_mmcv_ops_standin
+def test_mmcv_ops_standin_has_every_name_the_stack_imports():
+    import mmcv
+    import mmcv.ops
+    import mmengine
+    import mmseg
+    used = set()
+    for pkg_dir in (os.path.dirname(mmseg.__file__),
+                    os.path.dirname(mmengine.__file__),
+                    os.path.join(os.path.dirname(mmcv.__file__), 'cnn')):
+        used |= _names_imported_from_mmcv_ops(pkg_dir)
+    # what mmcv.utils.env asks for is only read when collecting env info
+    used -= {'get_compiler_version', 'get_compiling_cuda_version'}
+    assert {'DeformConv2d', 'ModulatedDeformConv2d', 'point_sample',
+            'sigmoid_focal_loss'} <= used
+    missing = sorted(n for n in used if not hasattr(mmcv.ops, n))
+    assert not missing, f'stand-in mmcv.ops lacks {missing}'
+
+
+@needs_mmcv_ops_standin
+@pytest.mark.parametrize('name', sorted(compat.COMPILED_MMCV_CLASSES))
+def test_mmcv_ops_standin_classes_import_and_fail_when_used(name):
+    ops = importlib.import_module('mmcv.ops')
+    cls = getattr(ops, name)
+    assert name in ops.__all__
+    assert isinstance(cls, type) and issubclass(cls, torch.nn.Module)
+    assert cls.__name__ == name and cls.__module__ == 'mmcv.ops'
+    # isinstance checks (mmengine's optimizer constructor) just say no
+    assert not isinstance(torch.nn.Conv2d(1, 1, 1), cls)
+    with pytest.raises(NotImplementedError,
+                       match=f'mmcv.ops.{name} .*mmcv-lite.*install'):
+        cls(4, 4, 3)
+
+    class Sub(cls):  # subclassing works, building still fails
+
+        def __init__(self):
+            super().__init__(4, 4, 3)
+
+    with pytest.raises(NotImplementedError, match='mmcv-lite'):
+        Sub()
+
+
+@needs_mmcv_ops_standin
+def test_mmcv_ops_standin_dcn_names():
+    from mmcv.ops import (DeformConv2d, DeformConv2dPack,
+                          ModulatedDeformConv2d, ModulatedDeformConv2dPack,
+                          deform_conv2d, modulated_deform_conv2d)
+    # the class tree is mmcv's
+    assert issubclass(DeformConv2dPack, DeformConv2d)
+    assert issubclass(ModulatedDeformConv2dPack, ModulatedDeformConv2d)
+    for fn in (deform_conv2d, modulated_deform_conv2d):
+        with pytest.raises(NotImplementedError, match='mmcv-lite'):
+            fn(torch.zeros(1, 1, 3, 3))
+
+
+@needs_mmcv_ops_standin
+@pytest.mark.parametrize('type_, cls_name', [
+    ('DCN', 'DeformConv2dPack'), ('DCNv2', 'ModulatedDeformConv2dPack')])
+def test_mmcv_ops_standin_dcn_configs_fail_clearly(type_, cls_name):
+    import mmcv.ops
+    from mmcv.cnn import build_conv_layer
+    from mmengine.registry import MODELS as MMENGINE_MODELS
+    from mmseg.registry import MODELS
+    assert MMENGINE_MODELS.get(type_) is getattr(mmcv.ops, cls_name)
+    assert MODELS.get(type_) is getattr(mmcv.ops, cls_name)
+    # mmcv's builder (what mmseg's ResNet uses for dcn=...) ...
+    with pytest.raises(NotImplementedError, match=f'{cls_name} .*mmcv-lite'):
+        build_conv_layer(dict(type=type_, deform_groups=1), 8, 8, 3,
+                         padding=1)
+    # ... mmseg's registry ...
+    with pytest.raises(NotImplementedError, match='mmcv-lite'):
+        MODELS.build(dict(type=type_, in_channels=8, out_channels=8,
+                          kernel_size=3))
+    # ... and a config of mmseg's ResNet with DCN
+    from mmseg.models.backbones.resnet import Bottleneck
+    with pytest.raises(NotImplementedError, match='mmcv-lite'):
+        Bottleneck(64, 16, dcn=dict(type=type_, deform_groups=1,
+                                    fallback_on_stride=False))
+
+
+@needs_mmcv_ops_standin
+def test_mmcv_ops_standin_registration_keeps_real_entries():
+    from mmengine.registry import Registry
+    registry = Registry('standin-test')
+
+    class Real(torch.nn.Module):
+        pass
+
+    registry.register_module(name='DCN', module=Real)
+    compat._register_standin(registry, 'DCN',
+                             compat._missing_op_class('X', torch.nn.Module))
+    assert registry.get('DCN') is Real
+    first = compat._missing_op_class('Y', torch.nn.Module)
+    second = compat._missing_op_class('Y', torch.nn.Module)
+    compat._register_standin(registry, 'Y', first)
+    compat._register_standin(registry, 'Y', second)  # replaces a stand-in
+    assert registry.get('Y') is second
 
 
 def test_mmcv_ops_standin_skipped_with_compiled_mmcv(monkeypatch):

@@ -1,10 +1,8 @@
 """Helpers shared by the tests (import as ``from _helpers import ...``)."""
-import importlib.util
 import os
 import os.path as osp
 import subprocess
 import sys
-from types import ModuleType
 from typing import List
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -48,20 +46,9 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
     return opts
 
 
-def import_tool(path: str) -> ModuleType:
-    """Import a script under ``tools/`` (path relative to the repository
-    root) as a module, e.g. to test what it defines."""
-    name = 'tool_' + osp.splitext(osp.basename(path))[0]
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, osp.join(REPO, path))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def demo_configs() -> dict:
-    """The demo models (name -> config path), as ``make demo`` defines
-    them: every head on the same CPU-sized encoder."""
-    return dict(import_tool('tools/misc/demo.py').DEMO_MODELS)
+    """The demo models (name -> config path relative to the repository
+    root), as ``make demo`` defines them: every head on the same CPU-sized
+    encoder."""
+    from mmseg_whitebox.utils.demo_models import DEMO_MODELS
+    return dict(DEMO_MODELS)

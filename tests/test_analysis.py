@@ -7,7 +7,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.analysis.attention_maps import (capture_cbsa_attention,
+from mmseg_whitebox.analysis.attention_maps import (CBSAAttentionCapture,
                                                     grid_maps)
 from mmseg_whitebox.analysis.coding_rate import (CompressionProbe,
                                                  coding_rate,
@@ -91,7 +91,7 @@ def test_capture_records_extraction_attention_and_restores():
     x = torch.randn(1, 3, 64, 96)
     with torch.no_grad():
         before = model(x, mode='tensor')
-    with capture_cbsa_attention(model) as capture, torch.no_grad():
+    with CBSAAttentionCapture(model) as capture, torch.no_grad():
         during = model(x, mode='tensor')
     torch.testing.assert_close(during, before, rtol=0, atol=0)
     assert all('forward' not in op.__dict__ for op in capture.ops.values())
@@ -104,7 +104,7 @@ def test_capture_records_extraction_attention_and_restores():
     # softmax over all tokens: the grid part carries at most all the mass
     assert (maps.sum((-1, -2)) <= 1 + 1e-6).all()
     with pytest.raises(ValueError, match='no CBSA'):
-        capture_cbsa_attention(torch.nn.Linear(2, 2))
+        CBSAAttentionCapture(torch.nn.Linear(2, 2))
     assert isinstance(capture.ops['decode_head.layers.0.attn'], CBSA)
 
 

@@ -8,15 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from mmseg_whitebox.analysis.complexity import flop_analyzer
-from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
-from mmseg_whitebox.ops import subspace
-from mmseg_whitebox.ops.subspace import per_subspace_matmul
-
-from _helpers import import_tool
-
-straightforward_cbsa = import_tool(
-    'tools/analysis_tools/benchmark_decoders.py').straightforward_cbsa
-
+from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA, fast
+from mmseg_whitebox.ops.reference import straightforward_cbsa
 
 
 @pytest.fixture(autouse=True)
@@ -177,92 +170,76 @@ def test_cbsa_reproduces_published_listing_on_square_grids():
                                straightforward_cbsa(op, x, 10, 10))
 
 
-def test_per_subspace_matmul_equals_matmul_on_every_path(monkeypatch):
+def test_per_subspace_matmul_equals_matmul():
     torch.manual_seed(0)
     a = torch.randn(2, 3, 5, 7)
     b = torch.randn(1, 3, 4, 7).transpose(-1, -2)  # broadcast, strided
     expected = torch.matmul(a, b)
-    with torch.no_grad():  # one 2-D mm per matrix on a CPU
-        torch.testing.assert_close(per_subspace_matmul(a, b), expected)
-    a.requires_grad_(True)  # torch.matmul, differentiable
-    out = per_subspace_matmul(a, b)
-    torch.testing.assert_close(out, expected)
-    out.sum().backward()
-    torch.testing.assert_close(a.grad, b.sum(-1).unsqueeze(-2).expand_as(a))
+    torch.testing.assert_close(fast.per_subspace_matmul(a, b), expected)
     # into a buffer, contiguous per image (a view with a gap between
-    # images), both by 2-D products and (as on a GPU) by torch.matmul
-    for two_d in [True, False]:
-        monkeypatch.setattr(subspace, '_two_d_products',
-                            lambda a, b, two_d=two_d: two_d)
-        buffer = torch.zeros(2, 3 * 5 + 1, 4)
-        with torch.no_grad():
-            out = per_subspace_matmul(a, b,
-                                      out=buffer[:, :15].view(2, 3, 5, 4))
-        assert out.data_ptr() == buffer.data_ptr()
-        torch.testing.assert_close(out, expected)
-        torch.testing.assert_close(buffer[:, 15], torch.zeros(2, 4))
-        with pytest.raises(ValueError, match='contiguous per image'):
-            per_subspace_matmul(a, b, out=torch.zeros(2, 3, 4, 5).mT)
+    # images)
+    buffer = torch.zeros(2, 3 * 5 + 1, 4)
+    out = fast.per_subspace_matmul(a, b, out=buffer[:, :15].view(2, 3, 5, 4))
+    assert out.data_ptr() == buffer.data_ptr()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(buffer[:, 15], torch.zeros(2, 4))
+    with pytest.raises(ValueError, match='contiguous per image'):
+        fast.per_subspace_matmul(a, b, out=torch.zeros(2, 3, 4, 5).mT)
 
 
 @pytest.mark.parametrize('out_proj', ['linear', 'tied'])
-def test_cbsa_inference_path_equals_training_path(out_proj):
+def test_cbsa_fast_path_equals_the_equations(out_proj):
+    """Switched on, inference takes the fused path: same update, the
+    input untouched; with autograd recording, the equations run."""
     torch.manual_seed(0)
     op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 3),
-              out_proj=out_proj)
+              out_proj=out_proj).eval()
     x = torch.randn(2, 4 * 6 + 3, 20)
-    with_grad = op(x, (4, 6))
-    assert with_grad.requires_grad
-    with torch.no_grad():
-        torch.testing.assert_close(op(x, (4, 6)), with_grad)
+    kept = x.clone()
+    expected = op(x, (4, 6), grid_start=1)
+    with fast.fast_path(True), torch.no_grad():
+        assert fast.applies(op, x)
+        torch.testing.assert_close(op(x, (4, 6), grid_start=1), expected)
+    with fast.fast_path(True):
+        assert not fast.applies(op, x)  # parameters record gradients
+        with torch.no_grad():
+            assert not fast.applies(op.train(), x)  # training mode
+    torch.testing.assert_close(x, kept)
 
 
 @pytest.mark.parametrize('out_proj', ['linear', 'tied'])
-def test_cbsa_sums_into_the_residual_in_place_only_for_inference(out_proj):
+def test_cbsa_fast_path_sums_into_a_residual(out_proj):
+    """The fused residual sum (output bias gathered through a row of ones)
+    equals residual + update, in the residual's memory."""
     torch.manual_seed(0)
     op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2),
               out_proj=out_proj)
     x = torch.randn(2, 4 * 4 + 3, 20)
     residual = torch.randn(2, 4 * 4 + 3, 20)
-    kept = residual.clone()
-    update, attn = op(x, (4, 4), return_attn=True)
-    expected = kept + update
-    # autograd records: the residual is left as it was
-    torch.testing.assert_close(op(x, (4, 4), residual=residual), expected)
-    torch.testing.assert_close(residual, kept)
+    expected = residual + op(x, (4, 4))
     with torch.no_grad():
-        out, attn_in_place = op(x, (4, 4), return_attn=True,
-                                residual=residual)
-    assert out.data_ptr() == residual.data_ptr()  # summed into it
+        out = fast.cbsa(op, x, (4, 4), residual=residual)
+    assert out.data_ptr() == residual.data_ptr()
     torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(attn_in_place, attn)
-    # a strided or differently typed residual: an ordinary sum
-    strided = torch.empty(4 * 4 + 3, 2, 20).transpose(0, 1).copy_(kept)
-    for other in [strided, kept.float()]:
-        before = other.clone()
-        with torch.no_grad():
-            out = op(x, (4, 4), residual=other)
-        assert out.data_ptr() != other.data_ptr()
-        torch.testing.assert_close(other, before)
-        torch.testing.assert_close(out, expected, check_dtype=False)
-    with pytest.raises(ValueError, match='residual has shape'):
-        op(x, (4, 4), residual=kept[:, 1:])
 
 
-def test_broadcast_back_gathers_the_bias_with_a_row_of_ones():
-    torch.manual_seed(0)
-    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2))
-    weights = torch.rand(2, 3 * 4, 9)
-    values = torch.randn(2, 3, 4, 6)
-    expected = op.broadcast_back(weights, values)
-    with_ones = torch.cat([weights, torch.ones(2, 1, 9)], dim=1)
-    torch.testing.assert_close(op.broadcast_back(with_ones, values),
-                               expected)
-    with pytest.raises(ValueError, match='expected 12'):
-        op.broadcast_back(weights[:, 1:], values)
-    op.out_proj = None  # tied: no bias, so no row of ones either
-    with pytest.raises(ValueError, match=r'expected 12 \(K\*m\)$'):
-        op.broadcast_back(with_ones, values)
+def test_fast_path_switch():
+    before = fast.use_fast_path()
+    with fast.fast_path(True):
+        assert fast.use_fast_path()
+        with fast.fast_path(False):
+            assert not fast.use_fast_path()
+        assert fast.use_fast_path()
+    assert fast.use_fast_path() == before
+    op = CBSA(8, 2, 4, (2, 2)).eval()
+    x = torch.randn(1, 16, 8)
+    with fast.fast_path(True), torch.no_grad():
+        assert fast.applies(op, x)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            assert not fast.applies(op, x)
+        handle = op.register_forward_hook(lambda *args: None)
+        assert not fast.applies(op, x)
+        handle.remove()
 
 
 def test_cbsa_stop_gradient_on_initial_representatives():

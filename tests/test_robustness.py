@@ -10,10 +10,11 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.robustness import (LoopEvaluation, NoiseSweep,
+from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
+                                       LoopEvaluation, NoiseSweep,
                                        ParameterNoise, ResultStore,
-                                       ablate_attention, find_attention_sites,
-                                       measure_attention_usage,
+                                       check_sweep_settings,
+                                       find_attention_sites, select_layers,
                                        select_parameters)
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
 
@@ -27,13 +28,13 @@ EXPECTED = {
     'cbsa': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
              'attn.eta', 'attn.kappa'},
     'cbsa-rigorous': {'attn.proj.weight', 'attn.eta', 'attn.kappa'},
-    'depict-sa': {'attn.proj.weight', 'attn.step_size'},
-    'depict-ca': {'attn.proj.weight', 'attn.step_size'},
-    'tost': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
+    'mssa': {'attn.proj.weight', 'attn.step_size'},
+    'mssa-ca': {'attn.proj.weight', 'attn.step_size'},
+    'tssa': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
              'attn.temp'},
 }
 LAYERS = {'segmenter': ['layers.0', 'layers.1'],
-          'depict-ca': ['layers.0', 'layers.1', 'layers.2', 'cross_layers.0',
+          'mssa-ca': ['layers.0', 'layers.1', 'layers.2', 'cross_layers.0',
                         'cross_layers.1', 'cross_layers.2']}
 
 
@@ -100,6 +101,30 @@ def test_other_targets_layers_and_errors():
         select_parameters(model, '([')
 
 
+def test_select_layers_one_selection_per_layer():
+    model = build_model('cbsa')
+    whole, = select_layers(model, 'decoder-attention')
+    assert whole.label == 'decoder-attention' and len(whole.sites) == 3
+    each = select_layers(model, 'decoder-attention', 'each')
+    assert [s.label for s in each] == [
+        f'decoder-attention[{i}]' for i in range(3)]
+    for i, sel in enumerate(each):
+        assert [s.index for s in sel.sites] == [i]
+        assert {n for n, _ in sel.parameters} == {
+            f'decode_head.layers.{i}.{p}' for p in EXPECTED['cbsa']}
+    assert [s.label for s in select_layers(model, 'decoder', [2, 0])] == [
+        'decoder[2]', 'decoder[0]']
+    # a regular expression: the layers it touches, indexed in the model
+    regex = r'backbone\.layers\.[12]\.attn\.'
+    assert [[st.name for st in s.sites]
+            for s in select_layers(model, regex, 'each')] == [
+                ['backbone.layers.1.attn'], ['backbone.layers.2.attn']]
+    with pytest.raises(ValueError, match='"each"'):
+        select_layers(model, 'decoder', 'all')
+    with pytest.raises(ValueError, match='no attention layer'):
+        select_layers(model, 'decoder-attention', [3])
+
+
 def test_linear_decoder_has_no_attention():
     from mmseg.registry import MODELS
     init_default_scope('mmseg')
@@ -110,6 +135,24 @@ def test_linear_decoder_has_no_attention():
     model = MODELS.build(cfg.model)
     with pytest.raises(ValueError, match='--target decoder'):
         select_parameters(model, 'decoder-attention')
+    with pytest.raises(ValueError, match='no attention layers'):
+        select_layers(model, 'decoder', 'each')
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(sigmas=[0.1, -1.0]), 'sigmas'),
+    (dict(num_seeds=0), 'seeds'),
+    (dict(mode='percent'), 'mode'),
+])
+def test_sweep_settings_are_checked_in_one_place(kwargs, match):
+    """What a sweep refuses, the tool refuses before building a model."""
+    settings = dict(sigmas=[0.0, 0.1], num_seeds=1, mode='relative')
+    check_sweep_settings(**settings)
+    settings.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        check_sweep_settings(**settings)
+    with pytest.raises(ValueError, match=match):
+        NoiseSweep(torch.nn.Linear(2, 2), dict, [], **settings)
 
 
 def test_noise_statistics_and_only_selected_parameters_change():
@@ -150,7 +193,7 @@ class Boom(Exception):
 
 @pytest.mark.parametrize('failure', [Boom, KeyboardInterrupt])
 def test_bitwise_restoration_on_failure_mid_evaluation(failure):
-    model = build_model('depict-ca')
+    model = build_model('mssa-ca')
     before = snapshot(model)
     sel = select_parameters(model, 'decoder')
     calls = []
@@ -213,7 +256,7 @@ def predict(model):
 
 
 def test_nonfinite_predictions_are_recorded_not_fatal():
-    model = build_model('tost')
+    model = build_model('tssa')
     sel = select_parameters(model, 'decoder')
 
     def evaluate():
@@ -232,7 +275,7 @@ def test_nonfinite_predictions_are_recorded_not_fatal():
 def test_ablation_equals_attention_zeroed_by_hand(name):
     model = build_model(name)
     sites = find_attention_sites(model)
-    with ablate_attention(sites):
+    with AttentionAblation(sites):
         ablated = forward(model)
     clean = forward(model)
     assert not torch.allclose(ablated, clean)
@@ -241,13 +284,8 @@ def test_ablation_equals_attention_zeroed_by_hand(name):
         if site.kind == KIND_MMCV_MHA:
             site.attention.forward = (
                 lambda query, *a, identity=None, **kw: identity)
-        elif name == 'depict-ca' and 'cross' in site.name:
+        elif name == 'mssa-ca' and 'cross' in site.name:
             site.attention.forward = lambda query, x: torch.zeros_like(query)
-        elif getattr(site.attention, 'accepts_residual', False):
-            # CBSA may be asked for residual + update (see PreNormResidual)
-            site.attention.forward = (
-                lambda x, *a, residual=None, **kw: torch.zeros_like(x)
-                if residual is None else residual)
         else:
             site.attention.forward = (
                 lambda x, *a, **kw: torch.zeros_like(x))
@@ -266,7 +304,7 @@ def test_usage_ratio_on_known_updates():
         out_proj.weight.zero_()
         out_proj.bias.copy_(torch.linspace(-1, 1, 96))
     x = torch.randn(2, 20, 96)
-    with measure_attention_usage([site]) as usage, torch.no_grad():
+    with AttentionUsage([site]) as usage, torch.no_grad():
         model.decode_head.layers[0](x)
     expected = (20**0.5 * out_proj.bias.detach().norm() /
                 x.flatten(1).norm(dim=1))
@@ -278,7 +316,7 @@ def test_usage_ratio_on_known_updates():
     site = find_attention_sites(model)[1]
     site.attention.forward = lambda x, **kw: 0.25 * x
     x = torch.randn(3, 30, 96) * 4
-    with measure_attention_usage([site]) as usage, torch.no_grad():
+    with AttentionUsage([site]) as usage, torch.no_grad():
         model.decode_head.layers[1](x, hw=(5, 6))
     expected = 0.25 * (30 * 96)**0.5 / x.flatten(1).norm(dim=1)
     np.testing.assert_allclose(usage.ratios[site.name], expected, rtol=1e-3)
@@ -299,6 +337,10 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
     assert len(calls) == 2 + 2 * 2  # clean, ablated, 2 sigmas x 2 draws
     with pytest.raises(FileExistsError, match='--resume'):
         ResultStore(str(tmp_path), setup)
+    with pytest.raises(FileExistsError, match='--resume'):
+        ResultStore.check_out_dir(str(tmp_path))
+    ResultStore.check_out_dir(str(tmp_path), resume=True)
+    ResultStore.check_out_dir(str(tmp_path / 'new'))
     with pytest.raises(ValueError, match='num_seeds'):
         ResultStore(str(tmp_path), dict(setup, num_seeds=3), resume=True)
     calls.clear()
@@ -364,7 +406,8 @@ def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
         assert (out / name).is_file(), name
     # existing results are never overwritten silently
     again = run_tool(cmd + opts, check=False)
-    assert again.returncode != 0 and '--resume' in again.stderr
+    assert again.returncode == 2 and '--resume' in again.stderr
+    assert 'noise_robustness.py: error: ' in again.stderr
     # resume: only the new sigma runs
     resumed = run_tool(cmd[:4] + ['0', '0.05', '0.5'] + cmd[6:] +
                        ['--resume'] + opts)

@@ -167,4 +167,6 @@ def test_cli_writes_and_reports(tmp_path):
     assert meta['complete'] and meta['spec']['variant'] == 'context'
     bad = run_tool(['tools/dataset_converters/synthetic_ade20k.py',
                     str(tmp_path / 'x'), '--num-classes', '1'], check=False)
-    assert bad.returncode != 0 and 'num_classes' in bad.stderr
+    assert bad.returncode == 2 and 'num_classes' in bad.stderr
+    assert 'synthetic_ade20k.py: error: ' in bad.stderr
+    assert 'Traceback' not in bad.stderr

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from _helpers import DEMO_SEGMENTER, run_tool, small_run_options
+from _helpers import DEMO_SEGMENTER, REPO, run_tool, small_run_options
 
 
 @pytest.fixture(scope='module')
@@ -67,21 +67,77 @@ def test_test_tool_reports_and_saves(trained, tmp_path):
     assert len(painted) == 3
 
 
+def assert_bad_input(proc, tool: str, *words: str) -> None:
+    """Bad input: exit status 2 and one line ``<tool>: error: ...`` naming
+    what was wrong, no traceback (mmseg_whitebox.utils.cli.run_tool)."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert f'{tool}: error: ' in proc.stderr, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr[-3000:])
+
+
 def test_tools_fail_clearly_on_bad_input(trained, tmp_path):
     missing = run_tool(['tools/test.py', DEMO_SEGMENTER,
                         str(tmp_path / 'nope.pth')], check=False)
-    assert missing.returncode != 0
-    assert 'nope.pth' in missing.stderr and 'does not exist' in \
-        missing.stderr and 'Traceback' not in missing.stderr
+    assert_bad_input(missing, 'test.py', 'nope.pth', 'does not exist')
     no_data = run_tool(['tools/train.py', DEMO_SEGMENTER, '--work-dir',
                         str(tmp_path), '--cfg-options',
                         'train_dataloader.dataset.data_root='
                         'data/synthetic-missing/ADEChallengeData2016'],
                        check=False)
-    assert no_data.returncode != 0
-    assert 'tools/dataset_converters/synthetic_ade20k.py' in no_data.stderr
+    assert_bad_input(no_data, 'train.py',
+                     'tools/dataset_converters/synthetic_ade20k.py')
     no_cfg = run_tool(['tools/train.py', 'configs/nope.py'], check=False)
-    assert no_cfg.returncode != 0 and 'does not exist' in no_cfg.stderr
+    assert_bad_input(no_cfg, 'train.py', 'configs/nope.py', 'does not exist')
+    no_cfg = run_tool(['tools/analysis_tools/coding_rate.py',
+                       'configs/nope.py', trained['ckpt']], check=False)
+    assert_bad_input(no_cfg, 'coding_rate.py', 'configs/nope.py',
+                     'does not exist')
+
+
+def test_sweep_and_plot_tools_check_arguments_before_any_work(tmp_path):
+    """Settings the sweep would refuse are refused before a model is
+    built, with the package's own checks (no config or checkpoint is
+    read: they do not exist)."""
+    sweep = ['tools/noise_robustness.py', 'configs/nope.py', 'nope.pth',
+             '--out', str(tmp_path / 'sweep')]
+    assert_bad_input(run_tool(sweep + ['--seeds', '0'], check=False),
+                     'noise_robustness.py', 'seeds')
+    assert_bad_input(run_tool(sweep + ['--compare', str(tmp_path / 'x')],
+                              check=False),
+                     'noise_robustness.py', 'results.json')
+    (tmp_path / 'sweep').mkdir()
+    (tmp_path / 'sweep' / 'results.json').write_text('{}')
+    assert_bad_input(run_tool(sweep, check=False), 'noise_robustness.py',
+                     '--resume')
+    # errors of the argument parser have the same form and status
+    assert_bad_input(run_tool(sweep + ['--layers', 'each', '1'],
+                              check=False), 'noise_robustness.py', 'each')
+    plot = ['tools/analysis_tools/plot_robustness.py',
+            str(tmp_path / 'sweep'), '--out', str(tmp_path / 'p.png')]
+    assert_bad_input(run_tool(plot + ['--labels', 'a', 'b'], check=False),
+                     'plot_robustness.py', '--labels')
+    assert_bad_input(run_tool(plot[:1] + [str(tmp_path / 'x')] + plot[2:],
+                              check=False),
+                     'plot_robustness.py', 'results.json')
+
+
+TOOLS = sorted(osp.relpath(p, REPO) for p in glob.glob(
+    osp.join(REPO, 'tools', '**', '*.py'), recursive=True))
+
+
+@pytest.mark.parametrize('tool', TOOLS)
+def test_tools_are_thin_and_fail_one_way(tool):
+    """Every tool imports the installed package (no sys.path edits) and
+    reports bad input as a ToolError through run_tool (status 2)."""
+    with open(osp.join(REPO, tool)) as f:
+        source = f.read()
+    assert 'sys.path' not in source
+    assert "raise SystemExit('error" not in source
+    assert "raise SystemExit(f'error" not in source
+    assert source.rstrip().endswith(
+        "if __name__ == '__main__':\n    run_tool(main)"), tool
 
 
 def test_mmseg_apis_on_saved_checkpoint(trained, tmp_path):
@@ -125,12 +181,11 @@ def test_demo_freeze_encoder_zeroes_every_encoder_step():
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
 
-    from _helpers import REPO, demo_configs, import_tool
-    demo = import_tool('tools/misc/demo.py')
-    assert demo.freeze_options(False) == []
-    cfg = Config.fromfile(osp.join(REPO, demo_configs()['cbsa']))
+    from mmseg_whitebox.utils.demo_models import DEMO_MODELS, freeze_options
+    assert freeze_options(False) == []
+    cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS['cbsa']))
     cfg.merge_from_dict({key: float(value) for key, value in (
-        item.split('=') for item in demo.freeze_options(True))})
+        item.split('=') for item in freeze_options(True))})
     init_default_scope('mmseg')
     model = MODELS.build(cfg.model)
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper)

@@ -21,17 +21,28 @@ import argparse
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-import mmseg_whitebox  # noqa: E402,F401  (compat + registration first)
-from mmseg_whitebox.robustness import (PAPER_SIGMAS, NoiseSweep,  # noqa: E402
-                                       ResultStore, RunnerEvaluation,
-                                       build_test_runner, select_parameters)
-from mmseg_whitebox.robustness.plotting import (load_results,  # noqa: E402
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.robustness import (NAMED_TARGETS, PAPER_SIGMAS,
+                                       NoiseSweep, ResultStore,
+                                       RunnerEvaluation, attention_unused,
+                                       build_test_runner,
+                                       check_sweep_settings, select_layers)
+from mmseg_whitebox.robustness.perturbation import MODES
+from mmseg_whitebox.robustness.plotting import (load_results,
                                                 plot_robustness,
                                                 result_label)
-from mmseg_whitebox.robustness.sites import find_attention_sites  # noqa
-from mmseg_whitebox.robustness.sweep import attention_unused  # noqa: E402
-from mmseg_whitebox.utils.cli import ToolError, add_common_args  # noqa: E402
+from mmseg_whitebox.utils.cli import ToolError, add_common_args, run_tool
+
+
+def layer_index(value: str):
+    """A --layers entry: "each" or a layer index."""
+    if value == 'each':
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'takes "each" or layer indices, not {value!r}') from None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,14 +61,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--seed', type=int, default=0,
                    help='seed of the first draw (draw i uses seed+i)')
     p.add_argument('--target', default='decoder-attention',
-                   help='decoder-attention (default), decoder, '
-                   'encoder-attention, or a regular expression over '
-                   'parameter names')
-    p.add_argument('--layers', nargs='+',
+                   help=', '.join(NAMED_TARGETS) + ' (the first is the '
+                   'default), or a regular expression over parameter names')
+    p.add_argument('--layers', nargs='+', type=layer_index,
                    help='perturb attention layers one at a time: "each", or '
                    'layer indices (printed by the tool)')
-    p.add_argument('--mode', choices=['absolute', 'relative'],
-                   default='absolute',
+    p.add_argument('--mode', choices=MODES, default='absolute',
                    help='absolute sigma (the paper\'s), or relative to each '
                    'tensor\'s RMS')
     p.add_argument('--out',
@@ -72,25 +81,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--compare', nargs='+', default=[],
                    help='other sweep folders to overlay in robustness.png')
     add_common_args(p)
-    return p.parse_args(argv)
-
-
-def make_selections(model, args):
-    if not args.layers:
-        return [select_parameters(model, args.target)]
-    if args.layers == ['each']:
-        scope = ('backbone' if args.target == 'encoder-attention' else
-                 'decode_head')
-        indices = [s.index for s in find_attention_sites(model, scope)]
-        if not indices:
-            raise ToolError(f'--layers each: no attention layers under '
-                            f'{scope}')
-    else:
-        try:
-            indices = [int(i) for i in args.layers]
-        except ValueError:
-            raise ToolError('--layers takes "each" or layer indices')
-    return [select_parameters(model, args.target, [i]) for i in indices]
+    args = p.parse_args(argv)
+    if args.layers and 'each' in args.layers:
+        if args.layers != ['each']:
+            p.error('--layers: "each" or layer indices, not both')
+        args.layers = 'each'
+    return args
 
 
 def print_summary(data, label: str) -> None:
@@ -123,30 +119,30 @@ def print_summary(data, label: str) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.seeds < 1:
-        raise ToolError('--seeds must be >= 1')
-    if any(s < 0 for s in args.sigmas):
-        raise ToolError('--sigmas must be >= 0')
-    for folder in args.compare:
-        if not osp.isfile(osp.join(folder, 'results.json')):
-            raise ToolError(f'--compare {folder}: no results.json there')
+    try:
+        check_sweep_settings(args.sigmas, args.seeds, args.mode)
+        for folder in args.compare:
+            load_results(folder)  # (read again for the plot, when newer)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ToolError(str(exc)) from exc
     name = osp.splitext(osp.basename(args.config))[0]
-    target_tag = args.target if args.target in (
-        'decoder-attention', 'decoder', 'encoder-attention') else 'regex'
+    target_tag = args.target if args.target in NAMED_TARGETS else 'regex'
     out = args.out or osp.join('work_dirs', 'noise_robustness',
                                f'{name}_{target_tag}_{args.mode}')
-    if (osp.isfile(osp.join(out, 'results.json')) and not args.resume):
-        raise ToolError(f'{out} already holds sweep results; pass --resume '
-                        'to continue them or choose another --out')
+    try:
+        ResultStore.check_out_dir(out, args.resume)
+    except FileExistsError as exc:
+        raise ToolError(str(exc)) from exc
 
     runner = build_test_runner(args.config, args.checkpoint,
                                args.cfg_options, args.work_dir,
                                args.launcher)
     evaluation = RunnerEvaluation(runner)
     try:
-        selections = make_selections(evaluation.model, args)
+        selections = select_layers(evaluation.model, args.target,
+                                   args.layers)
     except ValueError as exc:
-        raise ToolError(str(exc))
+        raise ToolError(str(exc)) from exc
 
     from mmengine.dist import is_main_process
     from mmengine.utils import ProgressBar
@@ -163,7 +159,7 @@ def main(argv=None):
         store = ResultStore(out if main_process else None, setup,
                             resume=args.resume)
     except (FileExistsError, ValueError) as exc:
-        raise ToolError(str(exc))
+        raise ToolError(str(exc)) from exc
     sweep = NoiseSweep(evaluation.model, evaluation, selections,
                        args.sigmas, args.seeds, args.mode, args.seed, store,
                        ablation=not args.no_ablation)
@@ -175,8 +171,9 @@ def main(argv=None):
         if not main_process or not store.data.get('clean'):
             return None
         runs = [(args.name or name, store.data)]
-        runs += [(result_label(load_results(f), f), load_results(f))
-                 for f in args.compare]
+        runs += [(result_label(results, folder), results)
+                 for folder, results in ((f, load_results(f))
+                                         for f in args.compare)]
         return plot_robustness(runs, osp.join(out, 'robustness.png'))
 
     try:
@@ -197,4 +194,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -10,13 +10,11 @@ The metrics are logged and also written by mmengine to
 """
 import argparse
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-import mmseg_whitebox  # noqa: E402,F401  (compat + registration first)
-from mmseg_whitebox.utils.cli import (ToolError, add_common_args,  # noqa: E402
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
                                       check_checkpoint, check_data_roots,
-                                      load_config)
+                                      load_config, run_tool)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -81,4 +79,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

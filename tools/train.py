@@ -5,13 +5,10 @@
 """
 import argparse
 import logging
-import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-import mmseg_whitebox  # noqa: E402,F401  (compat + registration first)
-from mmseg_whitebox.utils.cli import (ToolError, add_common_args,  # noqa: E402
-                                      check_data_roots, load_config)
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
+                                      check_data_roots, load_config, run_tool)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -63,4 +60,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -1,4 +1,4 @@
 # CBT-dagger: the rigorous CBSA, projecting back through the same bases
 # (no output linear).
 _base_ = './cbsa_vit-l_8xb1-160k_ade20k-640x640.py'
-model = dict(decode_head=dict(out_proj='tied'))
+model = dict(decode_head=dict(attn_cfg=dict(out_proj='tied')))

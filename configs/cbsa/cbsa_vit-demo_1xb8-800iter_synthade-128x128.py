@@ -1,20 +1,14 @@
-# The CBT decoder on the CPU demo encoder (see the Segmenter demo config,
-# which this inherits): 3 CBSA layers, 3 subspaces x 32 dims at width 96,
-# a 5x5 grid of representatives for the 16x16 token grid of a crop.
-_base_ = '../segmenter/segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py'
+# The CBT decoder on the CPU demo encoder (_base_/models/vit-demo.py): 3
+# CBSA layers, 3 subspaces x 32 dims at width 96, a 5x5 grid of
+# representatives for the 16x16 token grid of a crop.
+_base_ = [
+    '../_base_/models/cbsa_vit-b16.py', '../_base_/models/vit-demo.py',
+    '../_base_/datasets/synthetic_ade20k.py', '../_base_/default_runtime.py',
+    '../_base_/schedules/schedule_demo_whitebox.py'
+]
 model = dict(
+    _base_.vit_demo,
     decode_head=dict(
-        _delete_=True,
-        type='CBSAHead',
         in_channels=96,
         channels=96,
-        num_classes=150,
-        num_layers=3,
-        num_heads=3,
-        head_dim=32,
-        rep_grid=(5, 5),
-        out_proj='linear',
-        loss_decode=dict(
-            type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)))
-optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys=dict(cls_emb=dict(decay_mult=0.0))))
+        attn_cfg=dict(num_heads=3, head_dim=32, rep_grid=(5, 5))))

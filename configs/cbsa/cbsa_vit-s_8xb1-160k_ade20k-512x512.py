@@ -4,4 +4,4 @@ model = dict(
     pretrained=checkpoint,
     backbone=dict(embed_dims=384, num_heads=6),
     decode_head=dict(
-        in_channels=384, channels=384, num_heads=3))
+        in_channels=384, channels=384, attn_cfg=dict(num_heads=3)))

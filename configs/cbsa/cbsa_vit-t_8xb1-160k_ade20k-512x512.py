@@ -4,4 +4,4 @@ model = dict(
     pretrained=checkpoint,
     backbone=dict(embed_dims=192, num_heads=3),
     decode_head=dict(
-        in_channels=192, channels=192, num_heads=3))
+        in_channels=192, channels=192, attn_cfg=dict(num_heads=3)))

@@ -6,8 +6,5 @@ _base_ = [
 crop_size = (512, 512)
 data_preprocessor = dict(size=crop_size)
 model = dict(data_preprocessor=data_preprocessor)
-optimizer = dict(lr=0.001, weight_decay=0.0)
-optim_wrapper = dict(type='OptimWrapper', optimizer=optimizer)
 # 8 GPUs x 1 image = batch 8
 train_dataloader = dict(batch_size=1)
-val_dataloader = dict(batch_size=1)

@@ -17,7 +17,4 @@ model = dict(
     decode_head=dict(
         in_channels=1024, channels=1024, num_heads=16, embed_dims=1024),
     test_cfg=dict(mode='slide', crop_size=crop_size, stride=(608, 608)))
-optimizer = dict(lr=0.001, weight_decay=0.0)
-optim_wrapper = dict(type='OptimWrapper', optimizer=optimizer)
 train_dataloader = dict(batch_size=1)
-val_dataloader = dict(batch_size=1)

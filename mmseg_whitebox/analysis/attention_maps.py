@@ -2,7 +2,7 @@
 
 CBSA's extraction attention ``A_k`` (``m x N`` per subspace) says how much
 every token contributes to each representative; the broadcast sends the
-contractions back along the same weights. :class:`capture_cbsa_attention`
+contractions back along the same weights. :class:`CBSAAttentionCapture`
 records ``A`` of every CBSA layer during a forward pass, and
 :func:`draw_extraction_maps` overlays the maps of chosen representatives on
 the image: one row per subspace (head), one column per representative, the
@@ -16,11 +16,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mmseg_whitebox.ops import CBSA
+from mmseg_whitebox.ops import CBSA, fast
 
 
-class capture_cbsa_attention:
-    """Context manager recording each CBSA layer's extraction attention.
+class CBSAAttentionCapture:
+    """Context manager recording each CBSA layer's extraction attention
+    (the fast path is off inside it: the maps come from the equations).
 
     ``records`` maps the operator's module name to a list (one entry per
     forward) of ``dict(attn=(B, K, m, N) tensor, hw=(H, W),
@@ -38,15 +39,16 @@ class capture_cbsa_attention:
         self.records: Dict[str, List[Dict[str, Any]]] = {
             name: [] for name in self.ops}
 
-    def __enter__(self) -> 'capture_cbsa_attention':
+    def __enter__(self) -> 'CBSAAttentionCapture':
+        self._fast = fast.fast_path(False)
+        self._fast.__enter__()
         for name, op in self.ops.items():
             original = op.forward
             records = self.records[name]
 
             def forward(x, hw, grid_start=0, return_attn=False,
-                        residual=None, original=original, records=records):
-                out, attn = original(x, hw, grid_start, return_attn=True,
-                                     residual=residual)
+                        original=original, records=records):
+                out, attn = original(x, hw, grid_start, return_attn=True)
                 records.append(dict(attn=attn.detach().cpu(), hw=tuple(hw),
                                     grid_start=grid_start))
                 return (out, attn) if return_attn else out
@@ -57,6 +59,7 @@ class capture_cbsa_attention:
     def __exit__(self, *exc) -> bool:
         for op in self.ops.values():
             op.__dict__.pop('forward', None)  # back to the class method
+        self._fast.__exit__(*exc)
         return False
 
 

@@ -1,5 +1,10 @@
-"""Models registered with mmseg's ``MODELS`` registry."""
-from .decode_heads import (CBSAHead, DEPICTHead, MaskClassificationHead,
-                           TSSAHead)
+"""Models registered with mmseg's ``MODELS`` registry: the layer library
+shared by heads and backbones (``layers``) and the decode heads."""
+from . import layers
+from .decode_heads import (CBSAHead, DEPICTHead, JointTokenHead,
+                           MaskClassificationHead, MSSAHead, TSSAHead)
 
-__all__ = ['CBSAHead', 'DEPICTHead', 'MaskClassificationHead', 'TSSAHead']
+__all__ = [
+    'CBSAHead', 'DEPICTHead', 'JointTokenHead', 'MaskClassificationHead',
+    'MSSAHead', 'TSSAHead', 'layers'
+]

@@ -1,10 +1,19 @@
 """White-box attention operators, one file each; used by the decode heads
 and the encoders alike. Each returns the *update* of a residual step (the
-caller adds it to the tokens), except ISTA, which returns new tokens."""
+caller adds it to the tokens), except ISTA, which returns new tokens.
+
+``fast`` holds the inference fast path and its switch
+(:func:`~.fast.set_fast_path`); ``reference`` the straightforward versions
+the operators are checked and timed against."""
+from . import fast, reference
 from .cbsa import CBSA
+from .fast import fast_path, set_fast_path, use_fast_path
 from .ista import ISTA
 from .mssa import MSSA, CrossMSSA
 from .subspace import SubspaceAttention
 from .tssa import TSSA
 
-__all__ = ['CBSA', 'CrossMSSA', 'ISTA', 'MSSA', 'SubspaceAttention', 'TSSA']
+__all__ = [
+    'CBSA', 'CrossMSSA', 'ISTA', 'MSSA', 'SubspaceAttention', 'TSSA', 'fast',
+    'fast_path', 'reference', 'set_fast_path', 'use_fast_path'
+]

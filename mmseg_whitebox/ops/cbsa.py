@@ -32,13 +32,14 @@ receive the broadcast, but not in the pooled initialisation.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .subspace import SubspaceAttention, per_subspace_matmul, sums_in_place
+from . import fast
+from .subspace import SubspaceAttention
 
 GridSize = Union[int, Tuple[int, int]]
 
@@ -62,9 +63,6 @@ class CBSA(SubspaceAttention):
             (``m = rh * rw``; the published decoder uses 10x10, the
             classification model 8x8).
     """
-
-    #: ``forward`` can return ``residual + update`` itself (see there)
-    accepts_residual = True
 
     def __init__(self,
                  dim: int,
@@ -93,100 +91,70 @@ class CBSA(SubspaceAttention):
         nn.init.normal_(self.eta)
         nn.init.normal_(self.kappa)
 
-    def initial_representatives(self, w: torch.Tensor, hw: Tuple[int, int],
+    def initial_representatives(self, z: torch.Tensor, hw: Tuple[int, int],
                                 grid_start: int) -> torch.Tensor:
         """``sg(avgpool(U^T Z_grid))``: ``(B, K, m, p)``."""
-        b, k, _, p = w.shape
-        h, wd = hw
-        # (B, N, K, p) is how project() lays w out: the grid slice then is
-        # an (H, W, K*p) channels-last image, pooled without a copy
-        grid = w.detach().transpose(1, 2)[:, grid_start:grid_start + h * wd]
-        grid = grid.reshape(b, h, wd, k * p).permute(0, 3, 1, 2)
-        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)  # (B, K*p, rh, rw)
+        b, k, _, p = z.shape
+        h, w = hw
+        # each subspace's grid tokens as a channels-last (H, W, p) image,
+        # pooled without a copy
+        grid = z.detach()[:, :, grid_start:grid_start + h * w]
+        grid = grid.reshape(b * k, h, w, p).permute(0, 3, 1, 2)
+        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)  # (B*K, p, rh, rw)
         return rep.reshape(b, k, p, -1).transpose(-1, -2)
+
+    def check_grid(self, x: torch.Tensor, hw: Tuple[int, int],
+                   grid_start: int) -> None:
+        h, w = hw
+        if grid_start < 0 or grid_start + h * w > x.shape[1]:
+            raise ValueError(
+                f'a {h}x{w} token grid starting at {grid_start} does not '
+                f'fit in {x.shape[1]} tokens')
 
     def forward(self,
                 x: torch.Tensor,
                 hw: Tuple[int, int],
                 grid_start: int = 0,
-                return_attn: bool = False,
-                residual: Optional[torch.Tensor] = None
+                return_attn: bool = False
                 ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-        """Apply CBSA.
+        """CBSA of ``(B, N, d)`` tokens whose ``H x W`` grid (row-major)
+        starts at ``x[:, grid_start]`` (the number of tokens before it);
+        any other tokens sit around it. Returns the update ``(B, N, d)``
+        and, with ``return_attn``, the extraction attention ``A^T``,
+        ``(B, K, m, N)``: which tokens each representative gathers.
 
-        Args:
-            x: ``(B, N, d)`` tokens: an ``H x W`` grid of patch tokens in
-                row-major order at ``x[:, grid_start:grid_start + H*W]``,
-                any other tokens around it.
-            hw: the grid size ``(H, W)``.
-            grid_start: index of the first grid token.
-            return_attn: also return the extraction attention ``A``,
-                ``(B, K, m, N)`` (which tokens each representative gathers).
-            residual: ``(B, N, d)``: return ``residual + update`` instead
-                of the update. For inference, the last product sums into
-                ``residual``'s memory, which is overwritten (as by ``+=``):
-                no token-sized output buffer, no separate passes for the
-                sum and the output bias.
-
-        Returns:
-            The update ``(B, N, d)`` (or ``residual + update``; and ``A``).
-
-        Every product runs over all subspaces at once (for inference on a
-        CPU, one multi-threaded product per subspace:
-        :func:`~mmseg_whitebox.ops.subspace.per_subspace_matmul`), and
-        nothing larger than ``m x N`` per subspace is formed: the
-        extraction weights are materialised once (linear in ``N``),
-        unnormalised, and serve the extraction, the broadcast and the
-        backward pass; the softmax normalisation, scale factors and step
-        sizes are applied to ``m``-sized tensors, never to ``N``-sized
-        ones; the broadcast and the projection back are one product
-        (:meth:`~SubspaceAttention.broadcast_back`).
+        With the fast path switched on (:mod:`~mmseg_whitebox.ops.fast`),
+        inference takes :func:`~mmseg_whitebox.ops.fast.cbsa` instead: the
+        same function, computed in fused CPU products.
         """
+        self.check_grid(x, hw, grid_start)
+        if not return_attn and fast.applies(self, x):
+            return fast.cbsa(self, x, hw, grid_start)
         b, n, _ = x.shape
-        h, wd = hw
-        if grid_start < 0 or grid_start + h * wd > n:
-            raise ValueError(
-                f'a {h}x{wd} token grid starting at {grid_start} does not '
-                f'fit in {n} tokens')
-        if residual is not None and residual.shape != x.shape:
-            raise ValueError(f'residual has shape {tuple(residual.shape)}, '
-                             f'the tokens {tuple(x.shape)}')
         k, m = self.num_heads, self.num_representatives
-        w = self.project(x)  # (B, K, N, p)
-        rep0 = self.initial_representatives(w, (h, wd), grid_start)
-        # extraction, eq. (5): A = E / s (B, K, m, N), softmax over tokens,
-        # kept unnormalised: 1/s is applied to the m-sized products
-        # instead, so A costs one N-sized buffer, written in place. When
-        # the residual is summed in place, that buffer gets a row of ones
-        # per image, which gathers the output bias in the broadcast
-        in_place = residual is not None and sums_in_place(residual, w)
-        gather = logits = None
-        if in_place:
-            gather = w.new_empty(b, k * m + int(self.out_proj is not None),
-                                 n)
-            gather[:, k * m:] = 1
-            logits = gather[:, :k * m].view(b, k, m, n)
-        logits = per_subspace_matmul(rep0 * self.scale,
-                                     w.transpose(-1, -2), out=logits)
-        shift = logits.detach().amax(dim=-1, keepdim=True)
-        weights = logits.sub_(shift).exp_()  # E, (B, K, m, N)
-        # (summed in at least fp32, also under fp16/bf16 autocast)
-        sum_dtype = torch.promote_types(weights.dtype, torch.float32)
-        inv_sum = weights.sum(dim=-1, keepdim=True,
-                              dtype=sum_dtype).reciprocal()
-        rep = rep0 + (self.eta * inv_sum) * per_subspace_matmul(weights, w)
+        z = self.project(x)  # U_k^T Z, (B, K, N, p)
+        q_ini = self.initial_representatives(z, hw, grid_start)
+        # extraction, eq. (5), with A_k kept transposed, (B, K, m, N):
+        #   A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)
+        #   U_k^T Q = U_k^T Q_ini + eta_k U_k^T Z A_k
+        attn_t = torch.softmax((q_ini * self.scale) @ z.transpose(-1, -2),
+                               dim=-1)
+        q = q_ini + self.eta * (attn_t @ z)
         # contraction among the m representatives, eq. (8)
-        contraction = F.scaled_dot_product_attention(
-            rep, rep, rep, scale=self.scale)
-        # broadcast with the transposed extraction attention, and back
-        values = ((self.kappa * inv_sum) * contraction).to(weights.dtype)
-        if gather is None:
-            gather = weights.reshape(b, k * m, n)
-        out = self.broadcast_back(gather, values, residual)
-        if not return_attn:
-            return out
-        return out, weights * inv_sum.to(weights.dtype)
+        contraction = F.scaled_dot_product_attention(q, q, q,
+                                                     scale=self.scale)
+        # broadcast, eq. (6): kappa_k (contraction_k) A_k^T, and back to R^d.
+        # Associativity: each representative's contraction is taken back
+        # first, then every token gathers sum_k,m A_k[n, m] value_km, so no
+        # N x K*p intermediate is formed
+        values = self.back_per_subspace(self.kappa * contraction)  # B,K,m,d
+        gather = attn_t.reshape(b, k * m, n).transpose(1, 2)  # (B, N, K*m)
+        values = values.reshape(b, k * m, self.dim)
+        if self.out_proj is None:
+            update = gather @ values
+        else:  # + the output bias
+            update = torch.baddbmm(self.out_proj.bias, gather, values)
+        return (update, attn_t) if return_attn else update
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', rep_grid={self.rep_grid}'
-

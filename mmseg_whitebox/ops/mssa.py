@@ -15,6 +15,8 @@ embeddings query the patch tokens through the same bases.
 """
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -57,8 +59,13 @@ class MSSA(SubspaceAttention):
         out = F.scaled_dot_product_attention(query, w, w, scale=self.scale)
         return self.project_back(out, gain=self.step_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(B, N, d)`` -> the MSSA update ``(B, N, d)``."""
+    def forward(self,
+                x: torch.Tensor,
+                hw: Optional[Tuple[int, int]] = None,
+                grid_start: int = 0) -> torch.Tensor:
+        """``x``: ``(B, N, d)`` -> the MSSA update ``(B, N, d)``. Every
+        token attends alike: the grid arguments of the operator interface
+        (``hw``, ``grid_start``) are not needed."""
         w = self.project(x)
         return self._attend(w, w)
 
@@ -67,7 +74,7 @@ class CrossMSSA(MSSA):
     """MSSA with separate queries (DEPICT-CA): ``query`` tokens attend to
     ``x`` tokens, both read through the same bases ``U``."""
 
-    def forward(self, query: torch.Tensor,
-                x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, query: torch.Tensor,  # type: ignore[override]
+                x: torch.Tensor) -> torch.Tensor:
         """``query``: ``(B, M, d)``, ``x``: ``(B, N, d)`` -> ``(B, M, d)``."""
         return self._attend(self.project(query), self.project(x))

@@ -21,79 +21,6 @@ OUT_PROJ_MODES = ('linear', 'tied')
 BASIS_INITS = ('trunc_normal', 'scaled_normal', 'orthogonal')
 
 
-def autocast_on(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` (any torch version)."""
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4 takes no device type
-        return device_type == 'cpu' and torch.is_autocast_cpu_enabled()
-
-
-def _compiling() -> bool:
-    is_compiling = getattr(getattr(torch, 'compiler', None), 'is_compiling',
-                           None)
-    return bool(is_compiling is not None and is_compiling())
-
-
-def eager_inference(*tensors: torch.Tensor) -> bool:
-    """Whether an operation on ``tensors`` runs eagerly and unrecorded: no
-    autograd graph, no tracing, scripting or compiling. Only then may
-    results be written into existing buffers (``out=``)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not (torch.jit.is_tracing() or torch.jit.is_scripting()
-                or _compiling())
-
-
-def sums_in_place(target: torch.Tensor, *operands: torch.Tensor) -> bool:
-    """Whether a product of ``operands`` may be summed into ``target``'s
-    memory: eager inference (:func:`eager_inference`) without autocast,
-    ``target`` contiguous and of the operands' dtype."""
-    return (target.is_contiguous()
-            and all(t.dtype == target.dtype for t in operands)
-            and eager_inference(target, *operands)
-            and not autocast_on(target.device.type))
-
-
-def _two_d_products(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.device.type == 'cpu' and a.dtype == b.dtype
-            and eager_inference(a, b) and not autocast_on('cpu'))
-
-
-def per_subspace_matmul(a: torch.Tensor,
-                        b: torch.Tensor,
-                        out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``a @ b`` for ``(B, K, x, y)`` and ``(B, K, y, z)`` tensors.
-
-    On a CPU, torch's batched matmul gives each of the ``B*K`` matrices to
-    one thread, so a few large ones (3 subspaces of an image on 2 or 16
-    cores) leave threads idle. For eager inference there (no gradient,
-    autocast, tracing or compiling), each product is one 2-D ``mm`` on all
-    threads, written straight into the result; otherwise this is
-    ``torch.matmul`` (which FLOP counters and exporters also see).
-
-    ``out``: for inference only, a ``(B, K, x, z)`` tensor, contiguous per
-    image (it may be a view into a larger buffer), to write into.
-    """
-    fast = _two_d_products(a, b)
-    if out is None and not fast:
-        return torch.matmul(a, b)
-    batch, heads = torch.broadcast_shapes(a.shape[:2], b.shape[:2])
-    a = a.expand(batch, heads, *a.shape[2:])
-    b = b.expand(batch, heads, *b.shape[2:])
-    if out is None:
-        out = a.new_empty(batch, heads, a.shape[2], b.shape[3])
-    elif not all(out[i].is_contiguous() for i in range(batch)):
-        raise ValueError('out must be contiguous per image')
-    for i in range(batch):
-        if not fast:
-            torch.matmul(a[i], b[i], out=out[i])
-            continue
-        for k in range(heads):
-            torch.mm(a[i, k], b[i, k], out=out[i, k])
-    return out
-
-
 class SubspaceAttention(nn.Module):
     """Base class: bases ``proj`` (U) and the projection back.
 
@@ -154,10 +81,11 @@ class SubspaceAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z``."""
+        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z``, each
+        subspace's coordinates contiguous."""
         b, n, _ = x.shape
-        w = self.proj(x).view(b, n, self.num_heads, self.head_dim)
-        return w.transpose(1, 2)
+        z = self.proj(x).view(b, n, self.num_heads, self.head_dim)
+        return z.transpose(1, 2).contiguous()
 
     def back_weight(self) -> torch.Tensor:
         """``(K*p, d)``: the way from the subspace coordinates back to
@@ -166,6 +94,14 @@ class SubspaceAttention(nn.Module):
         if self.out_proj is None:
             return self.proj.weight
         return self.out_proj.weight.t()
+
+    def back_per_subspace(self, z: torch.Tensor) -> torch.Tensor:
+        """``(B, K, M, p) -> (B, K, M, d)``: ``U_k z`` (or the output
+        linear's ``k``-th block) for each subspace separately; no sum over
+        ``k``, no bias."""
+        back = self.back_weight().view(self.num_heads, self.head_dim,
+                                       self.dim)
+        return torch.matmul(z, back)
 
     def project_back(self,
                      z: torch.Tensor,
@@ -192,50 +128,6 @@ class SubspaceAttention(nn.Module):
         if bias is None:
             return torch.bmm(flat, weight)
         return torch.baddbmm(bias, flat, weight)
-
-    def broadcast_back(self,
-                       gather: torch.Tensor,
-                       values: torch.Tensor,
-                       residual: Optional[torch.Tensor] = None
-                       ) -> torch.Tensor:
-        """``(B, K*m, N)`` gather weights (each subspace's ``m x N``
-        weights, stacked), ``(B, K, m, p)`` values -> ``(B, N, d)``:
-        ``project_back(weights^T @ values)``, plus ``residual`` if given.
-
-        Each of the ``m`` values per subspace is first taken back to
-        ``R^d``, then the tokens gather them in one product over all
-        subspaces: ``N*K*m*d`` multiply-adds instead of ``N*K*m*p +
-        N*K*p*d``, and no ``N x K*p`` intermediate.
-
-        Two passes over the ``(B, N, d)`` output can be saved: ``gather``
-        may end with one more row per image, of ones, whose gathered value
-        is then the output bias; and where :func:`sums_in_place` allows
-        (inference), the product itself sums into ``residual``, which is
-        overwritten and returned (otherwise an ordinary sum).
-        """
-        b, rows, n = gather.shape
-        k, m = values.shape[1:3]
-        back = self.back_weight().view(k, self.head_dim, self.dim)
-        per_value = torch.matmul(values, back).reshape(b, k * m, self.dim)
-        bias = None if self.out_proj is None else self.out_proj.bias
-        if rows == k * m + 1 and bias is not None:
-            per_value = torch.cat([per_value, bias.expand(b, 1, -1)], dim=1)
-            bias = None
-        elif rows != k * m:
-            raise ValueError(
-                f'gather has {rows} rows per image; expected {k * m} '
-                f'(K*m){" or K*m+1" if bias is not None else ""}')
-        gather = gather.transpose(1, 2)
-        if residual is not None and sums_in_place(residual, gather,
-                                                  per_value):
-            out = residual.baddbmm_(gather, per_value)
-        else:
-            out = torch.bmm(gather, per_value)
-            if residual is not None:
-                out = out + residual
-        # bias not gathered: added afterwards, in place (baddbmm(bias, ...)
-        # would first copy it into every row of the output)
-        return out if bias is None else out.add_(bias)
 
     def extra_repr(self) -> str:
         return (f'dim={self.dim}, num_heads={self.num_heads}, '

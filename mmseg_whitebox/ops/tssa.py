@@ -14,11 +14,10 @@ code (its ``to_out``).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .subspace import SubspaceAttention
 
@@ -65,8 +64,12 @@ class TSSA(SubspaceAttention):
             -1, -2)).squeeze(-1)
         return torch.softmax(energy * self.temp, dim=1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(B, N, d)`` -> the TSSA update ``(B, N, d)``.
+    def forward(self,
+                x: torch.Tensor,
+                hw: Optional[Tuple[int, int]] = None,
+                grid_start: int = 0) -> torch.Tensor:
+        """``x``: ``(B, N, d)`` -> the TSSA update ``(B, N, d)`` (token
+        statistics need no grid: ``hw`` and ``grid_start`` are unused).
 
         Linear in ``N``: the statistics are ``p``-vectors per subspace, and
         the per-direction rescaling ``-1 / (1 + E_pi[(U_k^T z)^2])`` is

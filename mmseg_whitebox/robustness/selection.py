@@ -15,13 +15,13 @@ anything else
 
 ``layers`` restricts a selection to some attention layers (by their index
 among the sites of the target's scope), so one layer can be perturbed at a
-time.
+time; :func:`select_layers` makes one selection per layer.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
@@ -117,3 +117,29 @@ def select_parameters(model: nn.Module,
     label = target if layers is None else (
         f'{target}[{",".join(str(i) for i in layers)}]')
     return Selection(label, target, params, sites)
+
+
+def select_layers(model: nn.Module,
+                  target: str = 'decoder-attention',
+                  layers: Union[None, str, Sequence[int]] = None
+                  ) -> List[Selection]:
+    """The selections of a sweep: the whole target (``layers=None``), or
+    one selection per attention layer -- ``layers='each'`` for every
+    attention layer the target covers, or a sequence of layer indices.
+
+    Raises:
+        ValueError: as :func:`select_parameters`, or if ``'each'`` finds
+            no attention layers.
+    """
+    if layers is None:
+        return [select_parameters(model, target)]
+    if isinstance(layers, str):
+        if layers != 'each':
+            raise ValueError(f'layers must be "each" or layer indices, got '
+                             f'{layers!r}')
+        sites = select_parameters(model, target).sites
+        if not sites:
+            raise ValueError(f'target {target!r} covers no attention layers '
+                             'to perturb one at a time')
+        layers = [s.index for s in sites]
+    return [select_parameters(model, target, [i]) for i in layers]

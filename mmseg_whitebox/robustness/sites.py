@@ -14,13 +14,14 @@ head type alike:
 
 Per head type:
 
-``mmseg_whitebox`` white-box heads (CBSA, DEPICT-SA/CA, ToST)
-    each ``PreNormResidual`` layer, ``x + attn(LayerNorm(x))``. Parameters:
-    the operator ``attn`` -- the bases ``proj`` (U), the output projection
-    ``out_proj`` if any (CBSA and ToST default; not in the tied/rigorous
-    variants), the step sizes (``eta``, ``kappa`` of CBSA, ``step_size`` of
-    MSSA) and TSSA's ``temp``. DEPICT-CA's cross layers are sites too
-    (their residual stream is the class queries).
+``mmseg_whitebox`` heads (``CBSAHead``, ``MSSAHead`` SA/CA, ``TSSAHead``)
+    each ``PreNormResidual`` block (:mod:`mmseg_whitebox.models.layers`),
+    ``x + attn(LayerNorm(x))``. Parameters: the operator ``attn`` -- the
+    bases ``proj`` (U), the output projection ``out_proj`` if any (CBSA and
+    TSSA default; not in the tied/rigorous variants), the step sizes
+    (``eta``, ``kappa`` of CBSA, ``step_size`` of MSSA) and TSSA's
+    ``temp``. The ``CrossPreNormResidual`` blocks of ``MSSAHead(mode='ca')``
+    are sites too (their residual stream is the class queries).
 mmseg's ``SegmenterMaskTransformerHead`` (and mmseg's ViT encoder layers)
     the ``attn`` (mmcv ``MultiheadAttention``) of each transformer layer,
     which adds its own identity: parameters are the query/key/value
@@ -33,13 +34,13 @@ mmseg's ``FCNHead`` (the linear decoder)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 
-from mmseg_whitebox.models.decode_heads.mask_frame import PreNormResidual
+from mmseg_whitebox.models.layers import PreNormResidual
 
 KIND_RESIDUAL_BLOCK = 'pre-norm residual (mmseg_whitebox)'
 KIND_MMCV_MHA = 'MultiheadAttention with identity (mmcv)'
@@ -142,7 +143,7 @@ def _remove_hooks(sites: List[AttentionSite]) -> None:
         site._handles.clear()
 
 
-class ablate_attention:
+class AttentionAblation:
     """Context manager: the selected sites' residual updates are zero, so
     each such layer passes its input through (``x <- x``)."""
 
@@ -151,7 +152,7 @@ class ablate_attention:
             raise ValueError('no attention sites to ablate')
         self.sites = sites
 
-    def __enter__(self) -> 'ablate_attention':
+    def __enter__(self) -> 'AttentionAblation':
         for site in self.sites:
             _add_update_hook(site, lambda x, update: torch.zeros_like(update))
         return self
@@ -161,7 +162,7 @@ class ablate_attention:
         return False
 
 
-class measure_attention_usage:
+class AttentionUsage:
     """Context manager recording ``||update||_F / ||x||_F`` per image and
     site while the model runs. ``x`` is the residual stream entering the
     layer (patch and class tokens), the update is what the attention adds.
@@ -173,7 +174,7 @@ class measure_attention_usage:
         self.sites = sites
         self.ratios: Dict[str, List[float]] = {s.name: [] for s in sites}
 
-    def __enter__(self) -> 'measure_attention_usage':
+    def __enter__(self) -> 'AttentionUsage':
         for site in self.sites:
             values = self.ratios[site.name]
 
@@ -204,9 +205,3 @@ class measure_attention_usage:
                 ratio_min=float(values.min()),
                 ratio_max=float(values.max())))
         return rows
-
-
-def iter_parameters(sites: List[AttentionSite]
-                    ) -> Iterator[Tuple[str, nn.Parameter]]:
-    for site in sites:
-        yield from site.named_parameters()

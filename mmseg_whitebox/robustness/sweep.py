@@ -31,7 +31,7 @@ import torch.nn as nn
 from .evaluation import Evaluate, NonFiniteCounter
 from .perturbation import MODES, ParameterNoise
 from .selection import Selection
-from .sites import ablate_attention, measure_attention_usage
+from .sites import AttentionAblation, AttentionUsage
 
 METRICS = ('mIoU', 'aAcc', 'mAcc')
 # the CBSA paper's grid (Fig. 8)
@@ -59,7 +59,29 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
 
 def attention_unused(clean: float, ablated: float,
                      margin: float = UNUSED_MARGIN) -> bool:
+    """Whether removing the attention (``ablated`` mIoU) leaves the
+    ``clean`` mIoU within ``margin`` points: then the attention is unused
+    and its robustness to noise is not informative."""
     return abs(clean - ablated) < margin
+
+
+def check_sweep_settings(sigmas: Sequence[float],
+                         num_seeds: int = 3,
+                         mode: str = 'absolute') -> None:
+    """The checks :class:`NoiseSweep` makes on its settings, so that a tool
+    can make them before it builds a model.
+
+    Raises:
+        ValueError: naming the bad setting.
+    """
+    if mode not in MODES:
+        raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+    if num_seeds < 1:
+        raise ValueError(f'the number of seeds (noise draws per sigma) '
+                         f'must be >= 1, got {num_seeds}')
+    bad = [s for s in sigmas if not s >= 0]
+    if bad:
+        raise ValueError(f'sigmas must be >= 0, got {bad}')
 
 
 class ResultStore:
@@ -73,6 +95,7 @@ class ResultStore:
                  setup: Optional[Dict[str, Any]] = None,
                  resume: bool = False) -> None:
         setup = dict(setup or {})
+        self.check_out_dir(out_dir, resume)
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
         if out_dir:
@@ -80,11 +103,6 @@ class ResultStore:
         if self.json_path and osp.isfile(self.json_path):
             with open(self.json_path) as f:
                 data = json.load(f)
-            if not resume:
-                raise FileExistsError(
-                    f'{out_dir} already holds sweep results; pass --resume '
-                    '(resume=True) to continue them, or choose another '
-                    'output folder')
             old = data.get('setup', {})
             diff = {k: (old.get(k), v) for k, v in setup.items()
                     if k in old and old.get(k) != v}
@@ -99,6 +117,18 @@ class ResultStore:
         else:
             self.data = dict(setup=setup, clean=None, ablation={},
                              attention_usage=[], points=[], partial={})
+
+    @staticmethod
+    def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
+        """Raise :class:`FileExistsError` if ``out_dir`` already holds sweep
+        results and ``resume`` is off (checked by the constructor too; a
+        tool calls it before building a model)."""
+        if (out_dir and not resume
+                and osp.isfile(osp.join(out_dir, 'results.json'))):
+            raise FileExistsError(
+                f'{out_dir} already holds sweep results; pass --resume '
+                '(resume=True) to continue them, or choose another output '
+                'folder')
 
     # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:
@@ -227,13 +257,7 @@ class NoiseSweep:
                  store: Optional[ResultStore] = None,
                  ablation: bool = True,
                  on_progress: Optional[Callable[[str], None]] = None) -> None:
-        if mode not in MODES:
-            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        if num_seeds < 1:
-            raise ValueError('num_seeds must be >= 1')
-        bad = [s for s in sigmas if not s >= 0]
-        if bad:
-            raise ValueError(f'sigmas must be >= 0, got {bad}')
+        check_sweep_settings(sigmas, num_seeds, mode)
         self.model = model
         self.evaluate = evaluate
         self.selections = list(selections)
@@ -273,7 +297,7 @@ class NoiseSweep:
             sites = [s for sel in self.selections for s in sel.sites]
             sites = list({s.name: s for s in sites}.values())
             start = time.time()
-            with measure_attention_usage(sites) as usage:
+            with AttentionUsage(sites) as usage:
                 clean = self._evaluate()
             clean['seconds'] = time.time() - start
             store.set_usage(usage.summary())
@@ -284,7 +308,7 @@ class NoiseSweep:
             for sel in self.selections:
                 if not sel.sites or sel.label in store.data['ablation']:
                     continue
-                with ablate_attention(sel.sites):
+                with AttentionAblation(sel.sites):
                     metrics = self._evaluate()
                 store.set_ablation(sel.label, dict(
                     metrics=metrics,

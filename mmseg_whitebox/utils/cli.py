@@ -41,12 +41,8 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
         sys.exit(BAD_INPUT)
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``."""
-    parser.add_argument(
-        '--work-dir',
-        help='folder for logs, checkpoints and results '
-        '(default: ./work_dirs/<config name>)')
+def add_cfg_options_arg(parser: argparse.ArgumentParser) -> None:
+    """``--cfg-options key=value ...`` (read by :func:`read_config`)."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -54,6 +50,15 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
         help='override config settings, key=value pairs merged into the '
         'config, e.g. train_cfg.max_iters=100 model.decode_head.num_classes'
         '=19; lists as key="[a,b]" or key=a,b (quotes needed, no spaces)')
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``."""
+    parser.add_argument(
+        '--work-dir',
+        help='folder for logs, checkpoints and results '
+        '(default: ./work_dirs/<config name>)')
+    add_cfg_options_arg(parser)
     parser.add_argument(
         '--launcher',
         choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -71,18 +76,26 @@ def load_config(args: argparse.Namespace) -> Config:
     """
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(getattr(args, 'local_rank', 0))
-    if not osp.isfile(args.config):
-        raise ToolError(f'config file {args.config!r} does not exist')
-    cfg = Config.fromfile(args.config)
+    cfg = read_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     ensure_weights_only_checkpoints(cfg)
+    return cfg
+
+
+def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    """The config file ``path`` with ``--cfg-options`` merged in; a missing
+    file is a :class:`ToolError`. (:func:`load_config` adds what running
+    a Runner needs: work dir, launcher, checkpoint hook.)"""
+    if not osp.isfile(path):
+        raise ToolError(f'config file {path!r} does not exist')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
     return cfg
 
 

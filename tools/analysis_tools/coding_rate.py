@@ -18,17 +18,14 @@ import csv
 import json
 import os
 import os.path as osp
-import sys
 
-sys.path.insert(
-    0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-import mmseg_whitebox  # noqa: E402,F401
-from mmseg_whitebox.utils.cli import (ToolError, check_checkpoint,  # noqa
-                                      check_data_roots)
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
+                                      check_checkpoint, check_data_roots,
+                                      read_config, run_tool)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from mmengine.config import DictAction
     p = argparse.ArgumentParser(
         description=__doc__.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -45,8 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--out', help='output folder (default: work_dirs/'
                    'coding_rate/<config name>)')
     p.add_argument('--device', default='cpu')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
-                   help='override config settings, key=value')
+    add_cfg_options_arg(p)
     return p.parse_args(argv)
 
 
@@ -79,9 +75,9 @@ def draw_maps(model, cfg, out: str, count: int) -> list:
     from mmseg.apis import inference_model
 
     from mmseg_whitebox.analysis.attention_maps import (
-        capture_cbsa_attention, draw_extraction_maps)
+        CBSAAttentionCapture, draw_extraction_maps)
     try:
-        capture = capture_cbsa_attention(model)
+        capture = CBSAAttentionCapture(model)
     except ValueError:
         print('no CBSA layers: skipping extraction maps')
         return []
@@ -117,17 +113,12 @@ def draw_maps(model, cfg, out: str, count: int) -> list:
 def main(argv=None) -> list:
     args = parse_args(argv)
     check_checkpoint(args.checkpoint)
-    if not osp.isfile(args.config):
-        raise ToolError(f'config file {args.config!r} does not exist')
+    cfg = read_config(args.config, args.cfg_options)
     import torch
-    from mmengine.config import Config
     from mmengine.runner import Runner
     from mmseg.apis import init_model
 
     from mmseg_whitebox.analysis.coding_rate import CompressionProbe
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
     check_data_roots(cfg, ('test_dataloader', ))
     name = osp.splitext(osp.basename(args.config))[0]
     out = args.out or osp.join('work_dirs', 'coding_rate', name)
@@ -136,7 +127,7 @@ def main(argv=None) -> list:
     try:
         probe = CompressionProbe(model, args.eps)
     except ValueError as exc:
-        raise ToolError(str(exc))
+        raise ToolError(str(exc)) from exc
     cfg.test_dataloader.batch_size = 1
     loader = Runner.build_dataloader(cfg.test_dataloader)
     seen = 0
@@ -172,4 +163,4 @@ def main(argv=None) -> list:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

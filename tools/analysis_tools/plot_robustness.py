@@ -8,12 +8,9 @@ gets its noise curve (mean, min-max band), its clean mIoU (dashed) and its
 mIoU with the perturbed attention removed (dotted).
 """
 import argparse
-import os.path as osp
-import sys
 
-sys.path.insert(
-    0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from mmseg_whitebox.robustness.plotting import plot_folders  # noqa: E402
+from mmseg_whitebox.robustness.plotting import plot_folders
+from mmseg_whitebox.utils.cli import ToolError, run_tool
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,14 +26,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> str:
     args = parse_args(argv)
     if args.labels and len(args.labels) != len(args.folders):
-        raise SystemExit('error: give one --labels entry per folder')
+        raise ToolError('give one --labels entry per folder')
     try:
         path = plot_folders(args.folders, args.out, args.labels, args.title)
     except FileNotFoundError as exc:
-        raise SystemExit(f'error: {exc}')
+        raise ToolError(str(exc)) from exc
     print(f'wrote {path}')
     return path
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

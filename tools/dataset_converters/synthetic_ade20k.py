@@ -9,15 +9,12 @@ validation} (see mmseg_whitebox.datasets.synthetic_ade20k). Rerunning with
 the same arguments keeps the existing files.
 """
 import argparse
-import os.path as osp
-import sys
 import time
 
-sys.path.insert(
-    0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from mmseg_whitebox.datasets.synthetic_ade20k import (  # noqa: E402
+from mmseg_whitebox.datasets.synthetic_ade20k import (
     VARIANTS, SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k,
     load_meta)
+from mmseg_whitebox.utils.cli import ToolError, run_tool
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,7 +52,7 @@ def main(argv=None) -> str:
         root = generate_synthetic_ade20k(args.out_dir, spec,
                                          overwrite=args.overwrite)
     except (ValueError, FileExistsError) as exc:
-        raise SystemExit(f'error: {exc}')
+        raise ToolError(str(exc)) from exc
     meta = load_meta(root)
     names = ', '.join(meta['classes_present'].values())
     print(f'{root}: {spec.num_train} training + {spec.num_val} validation '
@@ -67,4 +64,4 @@ def main(argv=None) -> str:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

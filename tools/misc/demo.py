@@ -4,7 +4,7 @@
    class depends on a landmark elsewhere in the image), to
    ``data/synthetic-context``;
 2. trains the Segmenter baseline, the CBSA (CBT) head and the rigorous
-   CBSA (CBT-dagger) head (``--models``: also DEPICT-SA/CA and ToST) on the
+   CBSA (CBT-dagger) head (``--models``: also MSSA (SA/CA) and TSSA) on the
    same demo encoder with ``tools/train.py`` (as a user would; a finished
    run in the output folder is reused unless ``--retrain``);
 3. tests each with ``tools/test.py``: mIoU next to chance level, decoder
@@ -33,28 +33,18 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-import mmseg_whitebox  # noqa: E402,F401
-from mmseg_whitebox.datasets.synthetic_ade20k import (  # noqa: E402
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.datasets.synthetic_ade20k import (
     SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k, load_meta,
     sample_name)
+from mmseg_whitebox.robustness import attention_unused
+from mmseg_whitebox.utils.cli import run_tool
+from mmseg_whitebox.utils.demo_models import (DEFAULT_MODELS, DEMO_MODELS,
+                                              data_options, freeze_options,
+                                              schedule_options)
 
-# name -> config (relative to the repository root); all on one encoder
-DEMO_MODELS: Dict[str, str] = {
-    'segmenter': 'configs/segmenter/'
-    'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py',
-    'cbsa': 'configs/cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'cbsa-rigorous': 'configs/cbsa/'
-    'cbsa-rigorous_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'depict-sa': 'configs/depict/'
-    'depict-sa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'depict-ca': 'configs/depict/'
-    'depict-ca_vit-demo_1xb8-800iter_synthade-128x128.py',
-    'tost': 'configs/tost/tost_vit-demo_1xb8-800iter_synthade-128x128.py',
-}
-DEFAULT_MODELS = ('segmenter', 'cbsa', 'cbsa-rigorous')
+# the repository root: configs are named relative to it, tools run in it
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 OVERLAY_SCALE = 3
 SWEEP_SIGMAS = ('0.001', '0.003', '0.01', '0.03', '0.1', '0.3', '1.0')
 
@@ -86,36 +76,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def run_tool(args: List[str]) -> None:
+def run_script(args: List[str]) -> None:
+    """Run a script of this repository as a user would; if it fails (it
+    has printed why), the demo stops with the same exit status."""
     cmd = [sys.executable] + args
     print('$', ' '.join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
-
-
-def data_options(data_root: str) -> List[str]:
-    return [f'{loader}.dataset.data_root={data_root}'
-            for loader in ('train_dataloader', 'val_dataloader',
-                           'test_dataloader')]
-
-
-def schedule_options(iters: Optional[int]) -> List[str]:
-    if iters is None:
-        return []
-    warmup = max(1, min(50, iters // 4))
-    return [f'train_cfg.max_iters={iters}',
-            f'train_cfg.val_interval={iters}',
-            f'param_scheduler.0.end={warmup}',
-            f'param_scheduler.1.begin={warmup}',
-            f'param_scheduler.1.end={iters}',
-            f'default_hooks.checkpoint.interval={iters}']
-
-
-def freeze_options(freeze: bool) -> List[str]:
-    """Learning rate and weight decay 0 for every encoder parameter."""
-    if not freeze:
-        return []
-    key = 'optim_wrapper.paramwise_cfg.custom_keys.backbone'
-    return [f'{key}.lr_mult=0.0', f'{key}.decay_mult=0.0']
+    status = subprocess.run(cmd, cwd=ROOT).returncode
+    if status != 0:
+        print(f'{osp.basename(sys.argv[0])}: {args[0]} failed (exit status '
+              f'{status}); the demo stops here', file=sys.stderr)
+        raise SystemExit(status)
 
 
 def final_checkpoint(work_dir: str) -> Optional[str]:
@@ -135,8 +105,8 @@ def train(name: str, config: str, work_dir: str, opts: List[str],
         print(f'[{name}] reusing finished run {ckpt} (--retrain to redo)')
         return ckpt
     start = time.time()
-    run_tool(['tools/train.py', config, '--work-dir', work_dir,
-              '--cfg-options'] + opts)
+    run_script(['tools/train.py', config, '--work-dir', work_dir,
+                '--cfg-options'] + opts)
     print(f'[{name}] trained in {time.time() - start:.0f}s')
     ckpt = final_checkpoint(work_dir)
     if ckpt is None:
@@ -148,8 +118,8 @@ def train(name: str, config: str, work_dir: str, opts: List[str],
 def test(config: str, ckpt: str, work_dir: str, opts: List[str]) -> Dict:
     test_dir = osp.join(work_dir, 'test')
     before = set(glob.glob(osp.join(test_dir, '*', '*.json')))
-    run_tool(['tools/test.py', config, ckpt, '--work-dir', test_dir,
-              '--cfg-options'] + opts)
+    run_script(['tools/test.py', config, ckpt, '--work-dir', test_dir,
+                '--cfg-options'] + opts)
     new = sorted(set(glob.glob(osp.join(test_dir, '*', '*.json'))) - before)
     if not new:
         raise RuntimeError(f'tools/test.py wrote no metrics under {test_dir}')
@@ -223,7 +193,7 @@ def sweep(name: str, config: str, ckpt: str, out_dir: str,
             os.remove(results)
         else:
             cmd.insert(3, '--resume')
-    run_tool(cmd)
+    run_script(cmd)
     with open(results) as f:
         return json.load(f)
 
@@ -284,11 +254,11 @@ def main(argv=None) -> Dict:
                     'mIoU'],
                 usage=[u['ratio_mean'] for u in data['attention_usage']],
                 curve={p['sigma']: p['mIoU_mean'] for p in data['points']})
-        run_tool(['tools/analysis_tools/plot_robustness.py'] +
-                 [osp.join(out, 'robustness', n) for n in sweeps] +
-                 ['--out', osp.join(out, 'robustness.png'), '--title',
-                  'Decoder-attention noise, synthetic context data' +
-                  (', frozen encoder' if args.freeze_encoder else '')])
+        run_script(['tools/analysis_tools/plot_robustness.py'] +
+                   [osp.join(out, 'robustness', n) for n in sweeps] +
+                   ['--out', osp.join(out, 'robustness.png'), '--title',
+                    'Decoder-attention noise, synthetic context data' +
+                    (', frozen encoder' if args.freeze_encoder else '')])
         summary['robustness_plot'] = osp.join(out, 'robustness.png')
 
     print_results(summary, chance)
@@ -323,7 +293,7 @@ def print_results(summary: Dict, chance: float) -> None:
                   ''.join(f'{r["curve"].get(s, float("nan")):>8.2f}'
                           for s in sigmas) + f'   {usage}')
         for name, r in rob.items():
-            if abs(r['clean'] - r['ablated']) < 1.0:
+            if attention_unused(r['clean'], r['ablated']):
                 print(f'note: removing {name}\'s decoder attention changes '
                       f'mIoU by {r["ablated"] - r["clean"]:+.2f}: it is '
                       'unused, so its robustness is not informative')
@@ -333,4 +303,4 @@ def print_results(summary: Dict, chance: float) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

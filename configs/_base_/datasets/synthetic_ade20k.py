@@ -1,8 +1,10 @@
 # The synthetic ADE20K-layout dataset (generate it first:
 #   python tools/dataset_converters/synthetic_ade20k.py data/synthetic
-# ), read by mmseg's own ADE20KDataset, pipeline and IoUMetric.
-# Small images (about 96..128 px), 128x128 crops, for CPU demos and tests.
-dataset_type = 'ADE20KDataset'
+# ), read by mmseg's own ADE20KDataset, pipeline and IoUMetric: the ADE20K
+# base with another data root, small images (about 96..128 px), 128x128
+# crops, for CPU demos and tests. Loaders, samplers, the evaluator and the
+# test-time augmentation are ADE20K's.
+_base_ = './ade20k.py'
 data_root = 'data/synthetic/ADEChallengeData2016'
 crop_size = (128, 128)
 train_pipeline = [
@@ -28,26 +30,7 @@ test_pipeline = [
 train_dataloader = dict(
     batch_size=8,
     num_workers=2,
-    persistent_workers=True,
-    sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
-        data_prefix=dict(
-            img_path='images/training', seg_map_path='annotations/training'),
-        pipeline=train_pipeline))
+    dataset=dict(data_root=data_root, pipeline=train_pipeline))
 val_dataloader = dict(
-    batch_size=1,
-    num_workers=2,
-    persistent_workers=True,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
-        data_prefix=dict(
-            img_path='images/validation',
-            seg_map_path='annotations/validation'),
-        pipeline=test_pipeline))
+    num_workers=2, dataset=dict(data_root=data_root, pipeline=test_pipeline))
 test_dataloader = val_dataloader
-val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
-test_evaluator = val_evaluator

@@ -10,10 +10,12 @@ model = dict(
         channels=768,
         num_classes=150,
         num_layers=3,
-        num_heads=6,
-        head_dim=100,
-        rep_grid=(10, 10),
-        out_proj='linear',
+        attn_cfg=dict(
+            type='CBSA',
+            num_heads=6,
+            head_dim=100,
+            rep_grid=(10, 10),
+            out_proj='linear'),
         dropout_ratio=0.0,
         loss_decode=dict(
             type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)))

@@ -1,6 +1,7 @@
-# SGD with polynomial decay for 160k iterations (the Segmenter / DEPICT /
-# CBT ADE20K schedule; lr and weight decay are set per model config).
-optimizer = dict(type='SGD', lr=0.01, momentum=0.9, weight_decay=0.0005)
+# SGD with polynomial decay for 160k iterations: the ADE20K schedule of
+# Segmenter, DEPICT and CBT, with their optimizer (lr 0.001, no weight
+# decay; a config with another lr sets optimizer and optim_wrapper).
+optimizer = dict(type='SGD', lr=0.001, momentum=0.9, weight_decay=0.0)
 optim_wrapper = dict(type='OptimWrapper', optimizer=optimizer, clip_grad=None)
 param_scheduler = [
     dict(

@@ -1,4 +1,5 @@
-# SGD with polynomial decay for 80k iterations (Pascal Context, Cityscapes).
+# SGD with polynomial decay for 80k iterations (Pascal Context, Cityscapes),
+# the optimizer of schedule_160k.
 _base_ = './schedule_160k.py'
 param_scheduler = [
     dict(

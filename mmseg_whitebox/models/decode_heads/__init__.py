@@ -1,6 +1,9 @@
 from .cbsa_head import CBSAHead
-from .depict_head import DEPICTHead
-from .mask_frame import MaskClassificationHead
+from .mask_classification_head import JointTokenHead, MaskClassificationHead
+from .mssa_head import DEPICTHead, MSSAHead
 from .tssa_head import TSSAHead
 
-__all__ = ['CBSAHead', 'DEPICTHead', 'MaskClassificationHead', 'TSSAHead']
+__all__ = [
+    'CBSAHead', 'DEPICTHead', 'JointTokenHead', 'MaskClassificationHead',
+    'MSSAHead', 'TSSAHead'
+]

@@ -1,55 +1,38 @@
-"""CBT decoder: the CBSA head (CBSA paper, Sec. 4.2)."""
+"""The CBSA head: the CBT decoder (CBSA paper, Sec. 4.2)."""
 from __future__ import annotations
 
-from typing import Tuple, Union
+from typing import Any, Dict, Optional
 
-import torch.nn as nn
 from mmseg.registry import MODELS
 
-from mmseg_whitebox.ops import CBSA
-from .mask_frame import JointTokenHead, PreNormResidual
+from .mask_classification_head import JointTokenHead, merge_attn_cfg
+
+CBSA_DEFAULTS = dict(type='CBSA', num_heads=3, head_dim=100,
+                     rep_grid=(10, 10), out_proj='linear')
 
 
 @MODELS.register_module()
 class CBSAHead(JointTokenHead):
     """Contract-and-Broadcast Transformer decoder.
 
-    ``num_layers`` pre-LayerNorm residual CBSA layers (no MLP) over the
-    patch tokens and the appended class embeddings, then the mask frame.
+    ``num_layers`` pre-norm residual CBSA layers (no MLP) over the patch
+    tokens and the appended class embeddings, then the mask frame.
     Representatives are pooled from the patch grid only; the class tokens
     take part in extraction and receive the broadcast.
 
     Args:
         num_layers: decoder depth (published: 3).
-        num_heads: subspaces per layer (published at ViT-T: 3).
-        head_dim: subspace dimension (published: 100).
-        rep_grid: grid of representatives per subspace (published: 10x10).
-        out_proj: ``'linear'`` (CBT) or ``'tied'`` (the rigorous CBT-dagger,
-            no output linear).
-        basis_init: how the bases ``U`` start (see
-            :class:`~mmseg_whitebox.ops.SubspaceAttention`).
+        attn_cfg: the CBSA operator (:class:`~mmseg_whitebox.ops.CBSA`);
+            published at ViT-T: 3 heads x 100 dims, a 10x10 grid of
+            representatives, ``out_proj='linear'`` (CBT) or ``'tied'``
+            (the rigorous CBT-dagger, no output linear).
         **kwargs: :class:`MaskClassificationHead` / ``BaseDecodeHead``
             arguments (``in_channels``, ``channels``, ``num_classes``, ...).
     """
 
     def __init__(self,
                  num_layers: int = 3,
-                 num_heads: int = 3,
-                 head_dim: int = 100,
-                 rep_grid: Union[int, Tuple[int, int]] = (10, 10),
-                 out_proj: str = 'linear',
-                 basis_init: str = 'trunc_normal',
+                 attn_cfg: Optional[Dict[str, Any]] = None,
                  **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.layers = nn.ModuleList(
-            PreNormResidual(
-                self.channels,
-                CBSA(self.channels, num_heads, head_dim, rep_grid, out_proj,
-                     basis_init, self.init_std),
-                # the token stream is the head's own: for inference each
-                # layer may sum its update into it in place
-                inplace=True)
-            for _ in range(num_layers))
-
-    def layer_kwargs(self, hw: Tuple[int, int]) -> dict:
-        return dict(hw=hw, grid_start=0)
+        attn_cfg = merge_attn_cfg('CBSAHead', CBSA_DEFAULTS, attn_cfg, kwargs)
+        super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)

@@ -1,6 +1,6 @@
 """The mask-classification frame shared by Segmenter-style decoders.
 
-Written once for every white-box head (CBSA, DEPICT, ToST), as in the
+Written once for every white-box head (CBSA, MSSA, TSSA), as in the
 Segmenter, DEPICT and CBT papers: ``K`` learnable class embeddings are
 processed together with the encoder's patch tokens; at the end patch and
 class features are L2-normalised, ``masks = patches @ classes^T``, a
@@ -9,79 +9,38 @@ and upsampled by mmseg's ``BaseDecodeHead`` as usual.
 """
 from __future__ import annotations
 
+import warnings
 from abc import abstractmethod
-from typing import List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import constant_init, trunc_normal_init
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 
 from mmseg_whitebox.ops import SubspaceAttention
-from mmseg_whitebox.ops.subspace import eager_inference
+from ..layers import PreNormResidual
+
+#: operator settings that heads used to take directly (before attn_cfg)
+LEGACY_ATTN_ARGS = ('num_heads', 'head_dim', 'rep_grid', 'out_proj',
+                    'basis_init')
 
 
-def _has_hooks(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks)
-
-
-def add_update(x: torch.Tensor, update: torch.Tensor,
-               module: nn.Module) -> torch.Tensor:
-    """``x + update``, where ``update`` is what ``module`` returned.
-
-    For inference, where the update is a fresh tensor of ``x``'s shape and
-    dtype that nothing else holds, it is summed in place: the residual step
-    then allocates (and, on a CPU, page-faults in) no new token-sized
-    buffer. Out of place when gradients flow, when ``module`` has forward
-    hooks (they may keep its output), and for a lower-precision update
-    (autocast), so the residual stream keeps ``x``'s dtype.
-    """
-    if (eager_inference(update) and not module._forward_hooks
-            and update.shape == x.shape and update.dtype == x.dtype
-            and update.is_contiguous() and update._base is None
-            and update.data_ptr() != x.data_ptr()):
-        return update.add_(x)
-    return x + update
-
-
-class PreNormResidual(nn.Module):
-    """``x + attn(LayerNorm(x), ...)``: one white-box layer (no MLP).
-
-    The attention update is the output of ``self.attn``, so analysis tools
-    can read or remove it with a forward hook on that submodule.
-
-    Args:
-        dim: token width.
-        attn: the attention operator.
-        inplace: for inference, let an operator that can sum its update
-            into the residual stream itself (``accepts_residual``, e.g.
-            CBSA) do so in the input's memory, which is overwritten (as
-            with ``nn.ReLU(inplace=True)``). Not while this layer or its
-            operator has hooks, which may need the input or the update.
-    """
-
-    def __init__(self, dim: int, attn: nn.Module,
-                 inplace: bool = False) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.attn = attn
-        self.inplace = inplace
-
-    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
-        if (self.inplace and getattr(self.attn, 'accepts_residual', False)
-                and not _has_hooks(self) and not _has_hooks(self.attn)):
-            return self.attn(self.norm(x), residual=x, **kwargs)
-        return add_update(x, self.attn(self.norm(x), **kwargs), self.attn)
-
-
-class CrossPreNormResidual(PreNormResidual):
-    """``query + attn(query, LayerNorm(x))`` (DEPICT-CA): the keys/values
-    are normalised, the class queries are not, as in the published code."""
-
-    def forward(self, query: torch.Tensor,  # type: ignore[override]
-                x: torch.Tensor) -> torch.Tensor:
-        return add_update(query, self.attn(query, self.norm(x)), self.attn)
+def merge_attn_cfg(head: str, default: Dict[str, Any],
+                   attn_cfg: Optional[Dict[str, Any]],
+                   kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """``default`` updated by ``attn_cfg``, then by operator settings still
+    given at head level in ``kwargs`` (popped, with a deprecation
+    warning: configs of earlier releases keep working)."""
+    legacy = {k: kwargs.pop(k) for k in LEGACY_ATTN_ARGS if k in kwargs}
+    if legacy:
+        warnings.warn(
+            f'{head}: {", ".join(sorted(legacy))} at head level is '
+            'deprecated; give them in attn_cfg=dict(type=..., ...)',
+            DeprecationWarning, stacklevel=3)
+    return {**default, **(attn_cfg or {}), **legacy}
 
 
 class MaskClassificationHead(BaseDecodeHead):
@@ -94,6 +53,8 @@ class MaskClassificationHead(BaseDecodeHead):
             projection); otherwise a ``Linear`` projects the tokens first.
         init_std: std of the truncated-normal init of class embeddings and
             Linear layers (the published decoders use 0.02).
+        norm_cfg: the norms of the decoder layers (mmcv's
+            ``build_norm_layer``; default LayerNorm, as published).
         **kwargs: :class:`BaseDecodeHead` arguments (``num_classes``,
             ``loss_decode``, ``ignore_index``, ``align_corners``, ...).
 
@@ -104,10 +65,11 @@ class MaskClassificationHead(BaseDecodeHead):
                  in_channels: int,
                  channels: int,
                  init_std: float = 0.02,
+                 norm_cfg: Optional[Dict[str, Any]] = None,
                  **kwargs) -> None:
         kwargs.setdefault('dropout_ratio', 0.0)
         super().__init__(in_channels=in_channels, channels=channels,
-                         **kwargs)
+                         norm_cfg=norm_cfg or dict(type='LN'), **kwargs)
         if self.input_transform is not None:
             raise ValueError('mask-classification heads take one feature '
                              'map: leave input_transform unset')
@@ -154,22 +116,32 @@ class MaskClassificationHead(BaseDecodeHead):
 
 
 class JointTokenHead(MaskClassificationHead):
-    """Heads whose layers process patch and class tokens together (class
-    tokens appended after the patch grid), then one LayerNorm."""
+    """Heads whose ``num_layers`` pre-norm residual layers of one operator
+    (``attn_cfg``) process patch and class tokens together (class tokens
+    appended after the patch grid), then one norm.
 
-    def __init__(self, in_channels: int, channels: int, **kwargs) -> None:
+    Args:
+        num_layers: decoder depth.
+        attn_cfg: the operator (``dict(type=..., ...)``, see
+            :func:`~mmseg_whitebox.models.layers.build_attention`).
+    """
+
+    def __init__(self, in_channels: int, channels: int, num_layers: int,
+                 attn_cfg: Dict[str, Any], **kwargs) -> None:
         super().__init__(in_channels, channels, **kwargs)
-        self.decoder_norm = nn.LayerNorm(channels)
-
-    def layer_kwargs(self, hw: Tuple[int, int]) -> dict:
-        """Extra arguments every layer's attention needs (e.g. the grid)."""
-        return {}
+        self.attn_cfg = attn_cfg
+        self.layers = nn.ModuleList(
+            PreNormResidual(channels, attn_cfg, self.norm_cfg,
+                            init_std=self.init_std)
+            for _ in range(num_layers))
+        self.decoder_norm = build_norm_layer(self.norm_cfg, channels)[1]
 
     def decode_tokens(self, patches, classes, hw):
         num_patches = patches.shape[1]
+        # the head's own token stream: its layers may sum into it in place
+        # (inference fast path, mmseg_whitebox.ops.fast)
         x = torch.cat([patches, classes], dim=1)
-        kwargs = self.layer_kwargs(hw)
         for layer in self.layers:
-            x = layer(x, **kwargs)
+            x = layer(x, sum_in_place=True, hw=hw, grid_start=0)
         x = self.decoder_norm(x)
         return x[:, :num_patches], x[:, num_patches:]

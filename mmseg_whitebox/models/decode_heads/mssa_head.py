@@ -1,74 +1,92 @@
-"""DEPICT decoders (Wen & Li, NeurIPS 2024): MSSA as a decoder."""
+"""The MSSA head: the DEPICT decoders (Wen & Li, NeurIPS 2024)."""
 from __future__ import annotations
 
+import warnings
+from typing import Any, Dict, Optional
+
 import torch.nn as nn
+from mmcv.cnn import build_norm_layer
 from mmseg.registry import MODELS
 
-from mmseg_whitebox.ops import MSSA, CrossMSSA
-from .mask_frame import CrossPreNormResidual, JointTokenHead, PreNormResidual
+from ..layers import CrossPreNormResidual
+from .mask_classification_head import JointTokenHead, merge_attn_cfg
 
 MODES = ('sa', 'ca')
+MSSA_DEFAULTS = dict(type='MSSA', num_heads=3, head_dim=100,
+                     out_proj='tied', basis_init='scaled_normal')
+CROSS_DEFAULTS = dict(type='CrossMSSA', head_dim=50)
 
 
 @MODELS.register_module()
-class DEPICTHead(JointTokenHead):
-    """DEPICT-SA or DEPICT-CA.
+class MSSAHead(JointTokenHead):
+    """DEPICT-SA (``mode='sa'``) or DEPICT-CA (``mode='ca'``).
 
-    ``mode='sa'``: ``num_layers`` pre-LayerNorm residual MSSA layers over
-    patch tokens and class embeddings together (no MLP), then one
-    LayerNorm. Each MSSA projects back through its own bases (tied) times a
-    learnable scalar step size.
+    ``mode='sa'``: ``num_layers`` pre-norm residual MSSA layers over patch
+    tokens and class embeddings together (no MLP), then one norm. Each
+    MSSA projects back through its own bases (tied) times a learnable
+    scalar step size.
 
     ``mode='ca'``: ``num_layers`` MSSA layers over the patch tokens alone
-    (then a LayerNorm), followed by ``num_cross_layers`` cross-attention
-    MSSA layers in which the class embeddings query the patch tokens
-    through shared bases of ``cross_head_dim`` dims, with a residual on the
-    class queries (then a LayerNorm).
+    (then a norm), followed by ``num_cross_layers`` cross-attention MSSA
+    layers in which the class embeddings query the patch tokens through
+    shared bases, with a residual on the class queries (then a norm).
 
     Args:
         mode: ``'sa'`` or ``'ca'``.
-        num_layers, num_heads, head_dim: the self-attention part
-            (published: 3 layers, 3 heads x 100 at ViT-T).
-        num_cross_layers, cross_head_dim: the CA part (published: 3, 50).
-        out_proj, basis_init: see :class:`~mmseg_whitebox.ops.MSSA`
-            (published: tied, N(0, 1/d)).
+        num_layers: self-attention depth (published: 3).
+        attn_cfg: the MSSA operator (:class:`~mmseg_whitebox.ops.MSSA`;
+            published at ViT-T: 3 heads x 100, tied, N(0, 1/d) bases).
+        num_cross_layers: CA depth (published: 3).
+        cross_attn_cfg: the cross operator, merged over ``attn_cfg``
+            (default ``dict(type='CrossMSSA', head_dim=50)``, published).
     """
 
     def __init__(self,
                  mode: str = 'sa',
                  num_layers: int = 3,
-                 num_heads: int = 3,
-                 head_dim: int = 100,
+                 attn_cfg: Optional[Dict[str, Any]] = None,
                  num_cross_layers: int = 3,
-                 cross_head_dim: int = 50,
-                 out_proj: str = 'tied',
-                 basis_init: str = 'scaled_normal',
+                 cross_attn_cfg: Optional[Dict[str, Any]] = None,
                  **kwargs) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        super().__init__(**kwargs)
+        cross_head_dim = kwargs.pop('cross_head_dim', None)
+        attn_cfg = merge_attn_cfg(type(self).__name__, MSSA_DEFAULTS,
+                                  attn_cfg, kwargs)
+        super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)
         self.mode = mode
+        if mode != 'ca':
+            return
+        cross_cfg = {**attn_cfg, **CROSS_DEFAULTS, **(cross_attn_cfg or {})}
+        if cross_head_dim is not None:
+            warnings.warn('MSSAHead: cross_head_dim is deprecated; give '
+                          'cross_attn_cfg=dict(head_dim=...)',
+                          DeprecationWarning, stacklevel=2)
+            cross_cfg['head_dim'] = cross_head_dim
         d = self.channels
-        self.layers = nn.ModuleList(
-            PreNormResidual(
-                d,
-                MSSA(d, num_heads, head_dim, out_proj, basis_init,
-                     self.init_std)) for _ in range(num_layers))
-        if mode == 'ca':
-            self.cross_layers = nn.ModuleList(
-                CrossPreNormResidual(
-                    d,
-                    CrossMSSA(d, num_heads, cross_head_dim, out_proj,
-                              basis_init, self.init_std))
-                for _ in range(num_cross_layers))
-            self.class_norm = nn.LayerNorm(d)
+        self.cross_layers = nn.ModuleList(
+            CrossPreNormResidual(d, cross_cfg, self.norm_cfg,
+                                 init_std=self.init_std)
+            for _ in range(num_cross_layers))
+        self.class_norm = build_norm_layer(self.norm_cfg, d)[1]
 
     def decode_tokens(self, patches, classes, hw):
         if self.mode == 'sa':
             return super().decode_tokens(patches, classes, hw)
         for layer in self.layers:
-            patches = layer(patches)
+            patches = layer(patches, hw=hw, grid_start=0)
         patches = self.decoder_norm(patches)
         for layer in self.cross_layers:
             classes = layer(classes, patches)
         return patches, self.class_norm(classes)
+
+
+@MODELS.register_module()
+class DEPICTHead(MSSAHead):
+    """Deprecated name of :class:`MSSAHead` (kept for one release)."""
+
+    def __init__(self, **kwargs) -> None:
+        warnings.warn('DEPICTHead is deprecated: use MSSAHead (same '
+                      'arguments, in attn_cfg)', DeprecationWarning,
+                      stacklevel=2)
+        super().__init__(**kwargs)

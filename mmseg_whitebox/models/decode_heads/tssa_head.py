@@ -1,35 +1,31 @@
-"""ToST decoder: TSSA in the Segmenter/DEPICT decoder frame."""
+"""The TSSA head: ToST's operator in the Segmenter/DEPICT decoder frame."""
 from __future__ import annotations
 
-import torch.nn as nn
+from typing import Any, Dict, Optional
+
 from mmseg.registry import MODELS
 
-from mmseg_whitebox.ops import TSSA
-from .mask_frame import JointTokenHead, PreNormResidual
+from .mask_classification_head import JointTokenHead, merge_attn_cfg
+
+TSSA_DEFAULTS = dict(type='TSSA', num_heads=3, head_dim=100,
+                     out_proj='linear')
 
 
 @MODELS.register_module()
 class TSSAHead(JointTokenHead):
-    """``num_layers`` pre-LayerNorm residual TSSA layers (no MLP) over patch
+    """``num_layers`` pre-norm residual TSSA layers (no MLP) over patch
     tokens and class embeddings together, then the mask frame. Cost is
     linear in the number of tokens.
 
     Args:
-        num_layers, num_heads, head_dim: decoder depth and subspaces (as
-            the other white-box decoders: 3 layers, 3 heads x 100).
-        out_proj, basis_init: see :class:`~mmseg_whitebox.ops.TSSA`.
+        num_layers: decoder depth (as the other white-box decoders: 3).
+        attn_cfg: the TSSA operator (:class:`~mmseg_whitebox.ops.TSSA`;
+            default 3 heads x 100 dims).
     """
 
     def __init__(self,
                  num_layers: int = 3,
-                 num_heads: int = 3,
-                 head_dim: int = 100,
-                 out_proj: str = 'linear',
-                 basis_init: str = 'trunc_normal',
+                 attn_cfg: Optional[Dict[str, Any]] = None,
                  **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.layers = nn.ModuleList(
-            PreNormResidual(
-                self.channels,
-                TSSA(self.channels, num_heads, head_dim, out_proj,
-                     basis_init, self.init_std)) for _ in range(num_layers))
+        attn_cfg = merge_attn_cfg('TSSAHead', TSSA_DEFAULTS, attn_cfg, kwargs)
+        super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)

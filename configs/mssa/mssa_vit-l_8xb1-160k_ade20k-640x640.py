@@ -1,6 +1,7 @@
 _base_ = [
-    '../_base_/models/depict_vit-b16.py', '../_base_/datasets/ade20k_640x640.py',
-    '../_base_/default_runtime.py', '../_base_/schedules/schedule_160k.py'
+    '../_base_/models/mssa_vit-b16.py',
+    '../_base_/datasets/ade20k_640x640.py', '../_base_/default_runtime.py',
+    '../_base_/schedules/schedule_160k_whitebox.py'
 ]
 crop_size = (640, 640)
 checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segmenter/vit_large_p16_384_20220308-d4efb41d.pth'  # noqa
@@ -10,12 +11,6 @@ model = dict(
     backbone=dict(
         img_size=crop_size, embed_dims=1024, num_layers=24, num_heads=16),
     decode_head=dict(
-        in_channels=1024, channels=1024, num_heads=6),
+        in_channels=1024, channels=1024, attn_cfg=dict(num_heads=6)),
     test_cfg=dict(mode='slide', crop_size=crop_size, stride=(608, 608)))
-optimizer = dict(lr=0.001, weight_decay=0.0)
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=optimizer,
-    paramwise_cfg=dict(custom_keys=dict(cls_emb=dict(decay_mult=0.0))))
 train_dataloader = dict(batch_size=1)
-val_dataloader = dict(batch_size=1)

@@ -1,3 +1,0 @@
-# DEPICT-CA on the demo encoder.
-_base_ = './depict-sa_vit-demo_1xb8-800iter_synthade-128x128.py'
-model = dict(decode_head=dict(mode='ca'))

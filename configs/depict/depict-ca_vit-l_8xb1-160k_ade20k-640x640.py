@@ -1,3 +1,0 @@
-# DEPICT-CA: MSSA over the patches, then class embeddings cross-attend.
-_base_ = './depict-sa_vit-l_8xb1-160k_ade20k-640x640.py'
-model = dict(decode_head=dict(mode='ca'))

@@ -1,0 +1,9 @@
+_base_ = [
+    '../_base_/models/tssa_vit-b16.py', '../_base_/datasets/ade20k.py',
+    '../_base_/default_runtime.py',
+    '../_base_/schedules/schedule_160k_whitebox.py'
+]
+crop_size = (512, 512)
+model = dict(data_preprocessor=dict(size=crop_size))
+# 8 GPUs x 1 image = batch 8
+train_dataloader = dict(batch_size=1)

@@ -1,0 +1,71 @@
+"""Pre-norm residual blocks around an attention operator.
+
+``x + drop_path(attn(norm(x)))``: the block owns the residual, the
+operator returns the update. The update is the output of the block's
+``attn`` submodule, so a forward hook there sees it (robustness ablation,
+usage ratios, analysis probes).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Union
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.drop import DropPath
+
+from mmseg_whitebox.ops import fast
+from .builder import build_attention
+
+AttnCfg = Union[Dict[str, Any], nn.Module]
+
+
+class PreNormResidual(nn.Module):
+    """``x + drop_path(attn(norm(x), **kwargs))``.
+
+    Args:
+        dim: token width.
+        attn_cfg: the operator, as a config (``dict(type='CBSA', ...)``;
+            ``dim`` and ``init_std`` are filled in) or a built module.
+        norm_cfg: the norm before the operator (mmcv's
+            ``build_norm_layer``; default LayerNorm).
+        drop_path_rate: stochastic depth on the update (training only).
+        init_std: passed to operators that take it.
+    """
+
+    def __init__(self,
+                 dim: int,
+                 attn_cfg: AttnCfg,
+                 norm_cfg: Optional[Dict[str, Any]] = None,
+                 drop_path_rate: float = 0.0,
+                 init_std: float = 0.02) -> None:
+        super().__init__()
+        self.norm = build_norm_layer(norm_cfg or dict(type='LN'), dim)[1]
+        self.attn = build_attention(attn_cfg, dim=dim, init_std=init_std)
+        self.drop_path = (DropPath(drop_path_rate)
+                          if drop_path_rate > 0 else nn.Identity())
+
+    def forward(self,
+                x: torch.Tensor,
+                *,
+                sum_in_place: bool = False,
+                **kwargs: Any) -> torch.Tensor:
+        """``kwargs`` go to the operator (e.g. ``hw``, ``grid_start``).
+
+        ``sum_in_place``: only for the owner of the token stream ``x`` (a
+        loop over its own blocks, on a tensor it allocated): where the
+        inference fast path applies (:mod:`mmseg_whitebox.ops.fast`), the
+        update is summed into ``x``'s memory, which is overwritten.
+        """
+        if sum_in_place and fast.may_sum_in_place(self, x):
+            return fast.residual_step(self, x, **kwargs)
+        return x + self.drop_path(self.attn(self.norm(x), **kwargs))
+
+
+class CrossPreNormResidual(PreNormResidual):
+    """``query + drop_path(attn(query, norm(x)))`` (DEPICT-CA): the keys
+    and values are normalised, the queries are not, as published."""
+
+    def forward(self, query: torch.Tensor,  # type: ignore[override]
+                x: torch.Tensor) -> torch.Tensor:
+        return query + self.drop_path(self.attn(query, self.norm(x)))

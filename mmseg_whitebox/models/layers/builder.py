@@ -1,0 +1,43 @@
+"""Attention operators in mmseg's ``MODELS`` registry, and their builder.
+
+Heads and backbones name their operator by config, as mmseg's
+``build_attn`` does: ``attn_cfg=dict(type='CBSA', num_heads=3,
+head_dim=64, rep_grid=(8, 8))``. The block fills in what it knows (the
+token width ``dim``, an ``init_std``) where the operator takes it.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, Union
+
+import torch.nn as nn
+from mmseg.registry import MODELS
+
+from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
+
+ATTENTION_OPERATORS = (CBSA, MSSA, CrossMSSA, TSSA, ISTA)
+for _op in ATTENTION_OPERATORS:
+    MODELS.register_module(module=_op)
+
+
+def build_attention(cfg: Union[Dict[str, Any], nn.Module],
+                    **defaults: Any) -> nn.Module:
+    """An operator from ``cfg`` (a dict with ``type``, or a built module,
+    returned as it is). ``defaults`` (e.g. ``dim=384``) fill in arguments
+    that ``cfg`` leaves out and the operator's ``__init__`` accepts."""
+    if isinstance(cfg, nn.Module):
+        return cfg
+    cfg = dict(cfg)
+    name = cfg.get('type')
+    cls = name if inspect.isclass(name) else MODELS.get(name)
+    if cls is None:
+        known = ', '.join(op.__name__ for op in ATTENTION_OPERATORS)
+        raise KeyError(f'attention type {name!r} is not registered in '
+                       f"mmseg's MODELS; use one of {known} (or register "
+                       'your own)')
+    accepted = inspect.signature(cls).parameters
+    for key, value in defaults.items():
+        if key in accepted:
+            cfg.setdefault(key, value)
+    cfg['type'] = cls
+    return MODELS.build(cfg)

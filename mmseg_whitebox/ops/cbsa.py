@@ -96,11 +96,11 @@ class CBSA(SubspaceAttention):
         """``sg(avgpool(U^T Z_grid))``: ``(B, K, m, p)``."""
         b, k, _, p = z.shape
         h, w = hw
-        # each subspace's grid tokens as a channels-last (H, W, p) image,
-        # pooled without a copy
-        grid = z.detach()[:, :, grid_start:grid_start + h * w]
-        grid = grid.reshape(b * k, h, w, p).permute(0, 3, 1, 2)
-        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)  # (B*K, p, rh, rw)
+        # (B, N, K, p) is how project() lays z out: the grid slice then is
+        # an (H, W, K*p) channels-last image, pooled without a copy
+        grid = z.detach().transpose(1, 2)[:, grid_start:grid_start + h * w]
+        grid = grid.reshape(b, h, w, k * p).permute(0, 3, 1, 2)
+        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)  # (B, K*p, rh, rw)
         return rep.reshape(b, k, p, -1).transpose(-1, -2)
 
     def check_grid(self, x: torch.Tensor, hw: Tuple[int, int],
@@ -134,12 +134,17 @@ class CBSA(SubspaceAttention):
         k, m = self.num_heads, self.num_representatives
         z = self.project(x)  # U_k^T Z, (B, K, N, p)
         q_ini = self.initial_representatives(z, hw, grid_start)
-        # extraction, eq. (5), with A_k kept transposed, (B, K, m, N):
+        # extraction, eq. (5), subspace by subspace as the paper writes it:
         #   A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)
         #   U_k^T Q = U_k^T Q_ini + eta_k U_k^T Z A_k
-        attn_t = torch.softmax((q_ini * self.scale) @ z.transpose(-1, -2),
-                               dim=-1)
-        q = q_ini + self.eta * (attn_t @ z)
+        # (A_k^T kept, m x N; all K stacked as (B, K*m, N))
+        attn_t = torch.cat([
+            torch.softmax((q_ini[:, i] * self.scale) @ z[:, i].mT, dim=-1)
+            for i in range(k)
+        ], dim=1)
+        extracted = torch.stack(
+            [attn_t[:, i * m:(i + 1) * m] @ z[:, i] for i in range(k)], dim=1)
+        q = q_ini + self.eta * extracted
         # contraction among the m representatives, eq. (8)
         contraction = F.scaled_dot_product_attention(q, q, q,
                                                      scale=self.scale)
@@ -148,13 +153,15 @@ class CBSA(SubspaceAttention):
         # first, then every token gathers sum_k,m A_k[n, m] value_km, so no
         # N x K*p intermediate is formed
         values = self.back_per_subspace(self.kappa * contraction)  # B,K,m,d
-        gather = attn_t.reshape(b, k * m, n).transpose(1, 2)  # (B, N, K*m)
         values = values.reshape(b, k * m, self.dim)
+        gather = attn_t.transpose(1, 2)  # (B, N, K*m)
         if self.out_proj is None:
             update = gather @ values
         else:  # + the output bias
             update = torch.baddbmm(self.out_proj.bias, gather, values)
-        return (update, attn_t) if return_attn else update
+        if return_attn:
+            return update, attn_t.view(b, k, m, n)
+        return update
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', rep_grid={self.rep_grid}'

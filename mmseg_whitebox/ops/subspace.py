@@ -81,11 +81,11 @@ class SubspaceAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z``, each
-        subspace's coordinates contiguous."""
+        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z`` (a view of one
+        ``(B, N, K*p)`` product)."""
         b, n, _ = x.shape
         z = self.proj(x).view(b, n, self.num_heads, self.head_dim)
-        return z.transpose(1, 2).contiguous()
+        return z.transpose(1, 2)
 
     def back_weight(self) -> torch.Tensor:
         """``(K*p, d)``: the way from the subspace coordinates back to

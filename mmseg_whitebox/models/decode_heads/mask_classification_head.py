@@ -81,6 +81,14 @@ class MaskClassificationHead(BaseDecodeHead):
         self.mask_norm = nn.LayerNorm(self.num_classes)
         del self.conv_seg  # masks come from patch/class similarities
 
+    def build_blocks(self, block: type, attn_cfg: Dict[str, Any],
+                     num: int) -> nn.ModuleList:
+        """``num`` blocks of type ``block`` at the decoder width, with this
+        head's norms and init std."""
+        return nn.ModuleList(
+            block(self.channels, attn_cfg, self.norm_cfg,
+                  init_std=self.init_std) for _ in range(num))
+
     def init_weights(self) -> None:
         nn.init.trunc_normal_(self.cls_emb, std=self.init_std)
         for module in self.modules():
@@ -130,10 +138,8 @@ class JointTokenHead(MaskClassificationHead):
                  attn_cfg: Dict[str, Any], **kwargs) -> None:
         super().__init__(in_channels, channels, **kwargs)
         self.attn_cfg = attn_cfg
-        self.layers = nn.ModuleList(
-            PreNormResidual(channels, attn_cfg, self.norm_cfg,
-                            init_std=self.init_std)
-            for _ in range(num_layers))
+        self.layers = self.build_blocks(PreNormResidual, attn_cfg,
+                                        num_layers)
         self.decoder_norm = build_norm_layer(self.norm_cfg, channels)[1]
 
     def decode_tokens(self, patches, classes, hw):

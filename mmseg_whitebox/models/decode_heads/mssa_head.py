@@ -4,7 +4,6 @@ from __future__ import annotations
 import warnings
 from typing import Any, Dict, Optional
 
-import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmseg.registry import MODELS
 
@@ -63,12 +62,9 @@ class MSSAHead(JointTokenHead):
                           'cross_attn_cfg=dict(head_dim=...)',
                           DeprecationWarning, stacklevel=2)
             cross_cfg['head_dim'] = cross_head_dim
-        d = self.channels
-        self.cross_layers = nn.ModuleList(
-            CrossPreNormResidual(d, cross_cfg, self.norm_cfg,
-                                 init_std=self.init_std)
-            for _ in range(num_cross_layers))
-        self.class_norm = build_norm_layer(self.norm_cfg, d)[1]
+        self.cross_layers = self.build_blocks(
+            CrossPreNormResidual, cross_cfg, num_cross_layers)
+        self.class_norm = build_norm_layer(self.norm_cfg, self.channels)[1]
 
     def decode_tokens(self, patches, classes, hw):
         if self.mode == 'sa':

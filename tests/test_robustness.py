@@ -28,6 +28,8 @@ EXPECTED = {
     'cbsa': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
              'attn.eta', 'attn.kappa'},
     'cbsa-rigorous': {'attn.proj.weight', 'attn.eta', 'attn.kappa'},
+    'cbt': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
+            'attn.eta', 'attn.kappa'},
     'mssa': {'attn.proj.weight', 'attn.step_size'},
     'mssa-ca': {'attn.proj.weight', 'attn.step_size'},
     'tssa': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',

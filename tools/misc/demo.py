@@ -5,7 +5,8 @@
    ``data/synthetic-context``;
 2. trains the Segmenter baseline, the CBSA (CBT) head and the rigorous
    CBSA (CBT-dagger) head (``--models``: also MSSA (SA/CA) and TSSA) on the
-   same demo encoder with ``tools/train.py`` (as a user would; a finished
+   same demo encoder (``--models cbt``: the CBSA head on a white-box CBT
+   encoder) with ``tools/train.py`` (as a user would; a finished
    run in the output folder is reused unless ``--retrain``);
 3. tests each with ``tools/test.py``: mIoU next to chance level, decoder
    parameters and decoder GFLOPs at 512x512 (mmengine's analysis);

@@ -2,10 +2,10 @@
 ``models/utils`` and timm's ``layers``): the pre-norm residual block, its
 cross-attention form, and the builder that makes an attention operator
 from ``attn_cfg=dict(type='CBSA', ...)``."""
-from .blocks import CrossPreNormResidual, PreNormResidual
-from .builder import ATTENTION_OPERATORS, build_attention
+from .blocks import CrossPreNormResidual, PreNormResidual, WhiteBoxBlock
+from .builder import ATTENTION_OPERATORS, build_attention, build_feedforward
 
 __all__ = [
     'ATTENTION_OPERATORS', 'CrossPreNormResidual', 'PreNormResidual',
-    'build_attention'
+    'WhiteBoxBlock', 'build_attention', 'build_feedforward'
 ]

@@ -14,8 +14,8 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 
-from mmseg_whitebox.ops import fast
-from .builder import build_attention
+from mmseg_whitebox.ops import ISTA, fast
+from .builder import build_attention, build_feedforward
 
 AttnCfg = Union[Dict[str, Any], nn.Module]
 
@@ -69,3 +69,37 @@ class CrossPreNormResidual(PreNormResidual):
     def forward(self, query: torch.Tensor,  # type: ignore[override]
                 x: torch.Tensor) -> torch.Tensor:
         return query + self.drop_path(self.attn(query, self.norm(x)))
+
+
+class WhiteBoxBlock(PreNormResidual):
+    """One encoder layer: the attention step of :class:`PreNormResidual`,
+    then a feed-forward step on ``norm2(x)``:
+
+    * ISTA (CRATE eq. 17, CBT): ``x = ista(norm2(x))``, no residual;
+    * an MLP (ToST, ViT): ``x = x + drop_path(mlp(norm2(x)))``.
+
+    Args:
+        dim, attn_cfg, norm_cfg, drop_path_rate, init_std: see
+            :class:`PreNormResidual`.
+        ffn_cfg: ``dict(type='ISTA', ...)`` or ``dict(type='MLP',
+            mlp_ratio=4, act_cfg=dict(type='GELU'))`` (mmcv's ``FFN``).
+    """
+
+    def __init__(self,
+                 dim: int,
+                 attn_cfg: AttnCfg,
+                 ffn_cfg: Dict[str, Any],
+                 norm_cfg: Optional[Dict[str, Any]] = None,
+                 drop_path_rate: float = 0.0,
+                 init_std: float = 0.02) -> None:
+        super().__init__(dim, attn_cfg, norm_cfg, drop_path_rate, init_std)
+        self.norm2 = build_norm_layer(norm_cfg or dict(type='LN'), dim)[1]
+        self.ffn = build_feedforward(ffn_cfg, dim)
+
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """``kwargs`` go to the attention operator (``hw``,
+        ``grid_start``)."""
+        x = super().forward(x, **kwargs)
+        if isinstance(self.ffn, ISTA):
+            return self.ffn(self.norm2(x))
+        return x + self.drop_path(self.ffn(self.norm2(x)))

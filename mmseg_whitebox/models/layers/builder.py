@@ -11,6 +11,7 @@ import inspect
 from typing import Any, Dict, Union
 
 import torch.nn as nn
+from mmcv.cnn.bricks.transformer import FFN
 from mmseg.registry import MODELS
 
 from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
@@ -41,3 +42,19 @@ def build_attention(cfg: Union[Dict[str, Any], nn.Module],
             cfg.setdefault(key, value)
     cfg['type'] = cls
     return MODELS.build(cfg)
+
+
+def build_feedforward(cfg: Dict[str, Any], dim: int) -> nn.Module:
+    """The feed-forward step of an encoder layer: ``dict(type='ISTA',
+    ...)`` (returns new tokens) or ``dict(type='MLP', mlp_ratio=4,
+    act_cfg=..., num_fcs=2)`` (mmcv's ``FFN``, returns the update)."""
+    cfg = dict(cfg)
+    kind = cfg.pop('type', None)
+    if kind == 'ISTA':
+        return ISTA(dim, **cfg)
+    if kind == 'MLP':
+        ratio = cfg.pop('mlp_ratio', 4)
+        cfg.setdefault('act_cfg', dict(type='GELU'))
+        return FFN(embed_dims=dim, feedforward_channels=int(ratio * dim),
+                   add_identity=False, **cfg)
+    raise KeyError(f"ffn_cfg type must be 'ISTA' or 'MLP', got {kind!r}")

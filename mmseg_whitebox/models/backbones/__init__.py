@@ -1,0 +1,3 @@
+from .white_box_vit import WhiteBoxViT
+
+__all__ = ['WhiteBoxViT']

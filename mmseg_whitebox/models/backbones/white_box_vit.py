@@ -1,0 +1,163 @@
+"""White-box vision transformers as mmseg backbones: CRATE (MSSA + ISTA),
+ToST (TSSA + MLP), CBT (CBSA + ISTA) and their hybrids, one class.
+
+mmseg's ``VisionTransformer`` supplies the patch embedding, CLS token,
+position embedding (interpolated to any input size), ``out_indices``,
+``final_norm``, ``norm_eval`` and pretrained loading; the layers are
+:class:`~mmseg_whitebox.models.layers.WhiteBoxBlock` s built from
+``attn_cfg`` / ``ffn_cfg``, with the same operators the decode heads use.
+Every layer is told the token grid ``hw`` and where it starts
+(``grid_start``: 1 with a CLS token, else 0), so CBSA pools its
+representatives from the patch grid only (the published classification
+code pools ``w[:, :-1]`` although its CLS token is first).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmseg.models.backbones import VisionTransformer
+from mmseg.registry import MODELS
+from torch.utils.checkpoint import checkpoint
+
+from mmseg_whitebox.ops import SubspaceAttention
+from ..layers import WhiteBoxBlock
+
+LayerCfg = Union[Dict[str, Any], Sequence[Dict[str, Any]]]
+
+
+def per_layer(cfg: LayerCfg, num_layers: int, name: str) -> List[Dict]:
+    """One config per layer: ``cfg`` for all, or a list of ``num_layers``
+    (e.g. CRATE+CBT: MSSA in the first half, CBSA in the second)."""
+    if isinstance(cfg, dict):
+        return [cfg] * num_layers
+    cfgs = list(cfg)
+    if len(cfgs) != num_layers:
+        raise ValueError(f'{name} lists {len(cfgs)} configs for '
+                         f'{num_layers} layers; give one dict for all layers '
+                         'or one per layer')
+    return cfgs
+
+
+@MODELS.register_module()
+class WhiteBoxViT(VisionTransformer):
+    """A ViT whose layers are white-box blocks.
+
+    Args:
+        attn_cfg: the attention operator of every layer
+            (``dict(type='CBSA', num_heads=3, head_dim=64, rep_grid=8)``),
+            or a list with one per layer.
+        ffn_cfg: ``dict(type='ISTA')`` (CRATE, CBT) or ``dict(type='MLP',
+            mlp_ratio=4)`` (ToST), or a list with one per layer.
+        num_layers, embed_dims, drop_path_rate, norm_cfg, with_cp,
+            out_indices, final_norm, with_cls_token, norm_eval: as mmseg's
+            ``VisionTransformer`` (``drop_path_rate`` rises linearly over
+            the layers).
+        frozen_stages: freeze the patch embedding, CLS token and position
+            embedding (stage 0) and the first ``frozen_stages`` layers;
+            -1 freezes nothing.
+        init_std: passed to the operators that take it.
+        **kwargs: other ``VisionTransformer`` arguments (``img_size``,
+            ``patch_size``, ``in_channels``, ``patch_norm``, ``pre_norm``,
+            ``interpolate_mode``, ``init_cfg``, ...).
+    """
+
+    def __init__(self,
+                 attn_cfg: LayerCfg = dict(
+                     type='CBSA', num_heads=3, head_dim=64, rep_grid=(8, 8)),
+                 ffn_cfg: LayerCfg = dict(type='ISTA'),
+                 num_layers: int = 12,
+                 embed_dims: int = 192,
+                 drop_path_rate: float = 0.0,
+                 norm_cfg: Optional[Dict[str, Any]] = None,
+                 with_cp: bool = False,
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 frozen_stages: int = -1,
+                 init_std: float = 0.02,
+                 **kwargs) -> None:
+        norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
+        # mmseg builds no standard layers (num_layers=0); ours follow
+        super().__init__(embed_dims=embed_dims, num_layers=0,
+                         out_indices=0, norm_cfg=norm_cfg, with_cp=with_cp,
+                         **kwargs)
+        if isinstance(out_indices, int):
+            out_indices = [num_layers - 1 if out_indices == -1
+                           else out_indices]
+        bad = [i for i in out_indices if not 0 <= i < num_layers]
+        if bad:
+            raise ValueError(f'out_indices {bad} outside the {num_layers} '
+                             'layers')
+        self.out_indices = list(out_indices)
+        rates = torch.linspace(0, drop_path_rate, num_layers).tolist()
+        self.layers = nn.ModuleList(
+            WhiteBoxBlock(embed_dims, attn, ffn, norm_cfg, rate, init_std)
+            for attn, ffn, rate in zip(
+                per_layer(attn_cfg, num_layers, 'attn_cfg'),
+                per_layer(ffn_cfg, num_layers, 'ffn_cfg'), rates))
+        if frozen_stages > num_layers:
+            raise ValueError(f'frozen_stages={frozen_stages} exceeds the '
+                             f'{num_layers} layers')
+        self.frozen_stages = frozen_stages
+        self._freeze_stages()
+
+    def init_weights(self) -> None:
+        """mmseg's ViT initialisation (or the pretrained weights), then,
+        unless pretrained, the operators' own published initialisations
+        (mmseg's would overwrite e.g. MSSA's N(0, 1/d) bases)."""
+        super().init_weights()
+        pretrained = (isinstance(self.init_cfg, dict) and self.init_cfg.get(
+            'type') in ('Pretrained', 'Pretrained_Part'))
+        if not pretrained:
+            for module in self.modules():
+                if isinstance(module, SubspaceAttention):
+                    module.reset_parameters()
+
+    def _freeze_stages(self) -> None:
+        if self.frozen_stages < 0:
+            return
+        frozen: List[nn.Module] = [self.patch_embed]
+        self.cls_token.requires_grad = False
+        self.pos_embed.requires_grad = False
+        frozen += list(self.layers[:self.frozen_stages])
+        for module in frozen:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'WhiteBoxViT':
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    def _grid_output(self, x: torch.Tensor, hw: Tuple[int, int],
+                     grid_start: int) -> Union[torch.Tensor, List]:
+        b, _, c = x.shape
+        grid = x[:, grid_start:].reshape(b, hw[0], hw[1], c)
+        out = grid.permute(0, 3, 1, 2).contiguous()
+        return [out, x[:, 0]] if self.output_cls_token else out
+
+    def forward(self, inputs: torch.Tensor) -> Tuple:
+        b = inputs.shape[0]
+        x, hw = self.patch_embed(inputs)
+        x = torch.cat([self.cls_token.expand(b, -1, -1), x], dim=1)
+        x = self._pos_embeding(x, hw, self.pos_embed)
+        if not self.with_cls_token:
+            x = x[:, 1:]
+        if self.pre_norm:
+            x = self.pre_ln(x)
+        grid_start = int(self.with_cls_token)
+        outs = []
+        if self.out_origin:
+            outs.append(self._grid_output(x, hw, grid_start))
+        for i, layer in enumerate(self.layers):
+            if self.with_cp and self.training and x.requires_grad:
+                x = checkpoint(layer, x, hw=hw, grid_start=grid_start,
+                               use_reentrant=False)
+            else:
+                x = layer(x, hw=hw, grid_start=grid_start)
+            if i == len(self.layers) - 1 and self.final_norm:
+                x = self.norm1(x)
+            if i in self.out_indices:
+                outs.append(self._grid_output(x, hw, grid_start))
+        return tuple(outs)

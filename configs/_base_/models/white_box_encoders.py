@@ -1,0 +1,56 @@
+# White-box encoders at their published sizes, as WhiteBoxViT backbones for
+# 512x512 crops (patch 16, a 32x32 token grid). Not a model on its own: a
+# config lists a model base and this file, and sets
+#     model = dict(pretrained=None, backbone=dict(_base_.cbt_s, _delete_=True))
+# (no pretrained white-box weights are loaded until converted ones are
+# given through init_cfg=dict(type='Pretrained', checkpoint=...)).
+#
+# CRATE (Yu et al. 2023): MSSA + ISTA; T 384 wide / 12 deep / 6 x 64,
+#   S 576 / 12 / 12 x 48 (6.1M and 13.1M parameters at 224).
+# ToST (Wu et al. 2025): TSSA + MLP (ratio 4); T 192 / 12 / 4 x 48,
+#   S 384 / 12 / 8 x 48, as the released tost_cab_*_12_p16.
+# CBT (CBSA paper): CBSA + ISTA; T 192 / 12 / 3 x 64, S 384 / 12 / 6 x 64.
+#   CBSA pools 8x8 representatives from the 14x14 grid at 224 (1.75 tokens
+#   per side); at 512 the grid follows the token grid: 16x16 of 32x32.
+# CRATE+CBT: CBT's sizes, MSSA in the first half, CBSA in the second.
+# All in mmseg's ViT frame (linear patch embedding, learned position
+# embedding, CLS token first); the released encoders' convolutional stems,
+# ToST's Fourier positions, layer scale and class-attention layers are not
+# reproduced here.
+whitebox_vit = dict(
+    type='WhiteBoxViT',
+    img_size=(512, 512),
+    patch_size=16,
+    in_channels=3,
+    drop_path_rate=0.1,
+    final_norm=True,
+    norm_cfg=dict(type='LN', eps=1e-6, requires_grad=True),
+    with_cls_token=True,
+    interpolate_mode='bicubic')
+ista = dict(type='ISTA')
+crate_mssa = dict(type='MSSA', out_proj='linear', basis_init='trunc_normal',
+                  step_size=False)
+cbt_cbsa = dict(type='CBSA', rep_grid=(16, 16), out_proj='linear')
+
+crate_t = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
+               attn_cfg=dict(crate_mssa, num_heads=6, head_dim=64))
+crate_s = dict(whitebox_vit, embed_dims=576, num_layers=12, ffn_cfg=ista,
+               attn_cfg=dict(crate_mssa, num_heads=12, head_dim=48))
+tost_t = dict(whitebox_vit, embed_dims=192, num_layers=12,
+              ffn_cfg=dict(type='MLP', mlp_ratio=4),
+              attn_cfg=dict(type='TSSA', num_heads=4, head_dim=48))
+tost_s = dict(whitebox_vit, embed_dims=384, num_layers=12,
+              ffn_cfg=dict(type='MLP', mlp_ratio=4),
+              attn_cfg=dict(type='TSSA', num_heads=8, head_dim=48))
+cbt_t = dict(whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=ista,
+             attn_cfg=dict(cbt_cbsa, num_heads=3, head_dim=64))
+cbt_s = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
+             attn_cfg=dict(cbt_cbsa, num_heads=6, head_dim=64))
+crate_cbt_t = dict(
+    cbt_t,
+    attn_cfg=[dict(crate_mssa, num_heads=3, head_dim=64)] * 6 +
+    [dict(cbt_cbsa, num_heads=3, head_dim=64)] * 6)
+crate_cbt_s = dict(
+    cbt_s,
+    attn_cfg=[dict(crate_mssa, num_heads=6, head_dim=64)] * 6 +
+    [dict(cbt_cbsa, num_heads=6, head_dim=64)] * 6)

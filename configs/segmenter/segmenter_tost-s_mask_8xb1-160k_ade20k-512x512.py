@@ -1,0 +1,5 @@
+# Segmenter head on ToST-S (_base_/models/white_box_encoders.py)
+_base_ = ['./segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py',
+          '../_base_/models/white_box_encoders.py']
+model = dict(pretrained=None, backbone=dict(_base_.tost_s, _delete_=True),
+             decode_head=dict(in_channels=384, channels=384, embed_dims=384))

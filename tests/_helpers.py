@@ -5,6 +5,8 @@ import subprocess
 import sys
 from typing import List
 
+from mmseg_whitebox.utils.demo_models import DEMO_MODELS, data_options
+
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_SEGMENTER = osp.join(
     REPO, 'configs', 'segmenter',
@@ -39,16 +41,14 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
             f'default_hooks.checkpoint.interval={iters}',
             'default_hooks.logger.interval=1',
             f'train_dataloader.batch_size={batch_size}']
+    opts += data_options(data_root)
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        opts += [f'{loader}.dataset.data_root={data_root}',
-                 f'{loader}.num_workers=0',
+        opts += [f'{loader}.num_workers=0',
                  f'{loader}.persistent_workers=False']
     return opts
 
 
 def demo_configs() -> dict:
     """The demo models (name -> config path relative to the repository
-    root), as ``make demo`` defines them: every head on the same CPU-sized
-    encoder."""
-    from mmseg_whitebox.utils.demo_models import DEMO_MODELS
+    root), as ``make demo`` defines them."""
     return dict(DEMO_MODELS)

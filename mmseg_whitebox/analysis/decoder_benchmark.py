@@ -166,7 +166,7 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
             head = wrappers[name](cbsa_head)
         else:
             torch.manual_seed(seed)
-            head = MODELS.build(cfg.model.decode_head).to(device)
+            head = MODELS.build(cfg.model.decode_head)
             head.init_weights()
             if name in SHARES_CBSA or name == DEFAULT:
                 cbsa_head = head

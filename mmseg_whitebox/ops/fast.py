@@ -166,9 +166,8 @@ def cbsa(op: nn.Module,
     if extra:
         values = torch.cat([values, bias.expand(b, 1, d)], dim=1)
     gather_t = gather.transpose(1, 2)
-    if residual is not None:
-        out = residual.baddbmm_(gather_t, values)
-        return out if extra or bias is None else out.add_(bias)
+    if residual is not None:  # (any bias was gathered by the row of ones)
+        return residual.baddbmm_(gather_t, values)
     out = torch.bmm(gather_t, values)
     return out if bias is None else out.add_(bias)
 

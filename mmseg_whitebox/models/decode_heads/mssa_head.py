@@ -49,19 +49,16 @@ class MSSAHead(JointTokenHead):
                  **kwargs) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        cross_head_dim = kwargs.pop('cross_head_dim', None)
-        attn_cfg = merge_attn_cfg(type(self).__name__, MSSA_DEFAULTS,
-                                  attn_cfg, kwargs)
+        name = type(self).__name__
+        attn_cfg = merge_attn_cfg(name, MSSA_DEFAULTS, attn_cfg, kwargs)
+        cross_cfg = merge_attn_cfg(name, {**attn_cfg, **CROSS_DEFAULTS},
+                                   cross_attn_cfg, kwargs,
+                                   legacy_args=dict(cross_head_dim='head_dim'),
+                                   cfg_name='cross_attn_cfg')
         super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)
         self.mode = mode
         if mode != 'ca':
             return
-        cross_cfg = {**attn_cfg, **CROSS_DEFAULTS, **(cross_attn_cfg or {})}
-        if cross_head_dim is not None:
-            warnings.warn('MSSAHead: cross_head_dim is deprecated; give '
-                          'cross_attn_cfg=dict(head_dim=...)',
-                          DeprecationWarning, stacklevel=2)
-            cross_cfg['head_dim'] = cross_head_dim
         self.cross_layers = self.build_blocks(
             CrossPreNormResidual, cross_cfg, num_cross_layers)
         self.class_norm = build_norm_layer(self.norm_cfg, self.channels)[1]

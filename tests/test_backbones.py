@@ -6,7 +6,7 @@ import torch
 from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.models.layers import PreNormResidual, WhiteBoxBlock
-from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA
+from mmseg_whitebox.ops import CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA
 from mmseg_whitebox.robustness.sites import find_attention_sites
 
 SMALL = dict(num_heads=2, head_dim=8)
@@ -20,9 +20,22 @@ VARIANTS = {
     'crate+cbt': dict(attn_cfg=[dict(SMALL, type='MSSA'),
                                 dict(SMALL, type='CBSA', rep_grid=2)],
                       ffn_cfg=dict(type='ISTA')),
+    'vit': dict(attn_cfg=dict(SMALL, type='MHSA'),
+                ffn_cfg=dict(type='MLP', mlp_ratio=2)),
+    'cbsa-vit': dict(attn_cfg=dict(SMALL, type='QKVCBSA', rep_grid=(2, 3)),
+                     ffn_cfg=dict(type='MLP', mlp_ratio=2)),
+    'cbt-conv-stem': dict(attn_cfg=dict(SMALL, type='CBSA', rep_grid=2),
+                          ffn_cfg=dict(type='ISTA'),
+                          stem_cfg=dict(type='ConvPatchStem')),
+    'crate-stem': dict(attn_cfg=dict(SMALL, type='MSSA'),
+                       ffn_cfg=dict(type='ISTA'),
+                       stem_cfg=dict(type='NormedPatchEmbed')),
 }
 OPERATORS = {'crate': [MSSA, MSSA], 'tost': [TSSA, TSSA],
-             'cbt': [CBSA, CBSA], 'crate+cbt': [MSSA, CBSA]}
+             'cbt': [CBSA, CBSA], 'crate+cbt': [MSSA, CBSA],
+             'vit': [MHSA, MHSA], 'cbsa-vit': [QKVCBSA, QKVCBSA],
+             'cbt-conv-stem': [CBSA, CBSA], 'crate-stem': [MSSA, MSSA]}
+MLP_VARIANTS = ('tost', 'vit', 'cbsa-vit')
 
 
 def build(name, **kw):
@@ -48,7 +61,49 @@ def test_backbones_run_on_non_square_inputs(name, with_cls_token):
     ops = [layer.attn for layer in model.layers]
     assert [type(op) for op in ops] == OPERATORS[name]
     ffn = model.layers[0].ffn
-    assert isinstance(ffn, ISTA) == (name != 'tost')
+    assert isinstance(ffn, ISTA) == (name not in MLP_VARIANTS)
+
+
+@pytest.mark.parametrize('stem', ['ConvPatchStem', 'NormedPatchEmbed'])
+def test_published_stems_take_any_image_size(stem):
+    """Sides that are not multiples of the patch size are padded at the
+    bottom and right, as mmseg's PatchEmbed does: the same token grid."""
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    embed = MODELS.build(dict(type=stem, embed_dims=32, patch_size=8))
+    for h, w in [(40, 72), (37, 70)]:
+        tokens, hw = embed(torch.randn(2, 3, h, w))
+        assert hw == (-(-h // 8), -(-w // 8))
+        assert tokens.shape == (2, hw[0] * hw[1], 32)
+
+
+def test_conv_stem_is_the_published_shape():
+    """Patch 16: four 3x3 stride-2 convolutions widening d/8 .. d, each
+    with BatchNorm, GELU between them (three for patch 8)."""
+    from mmseg_whitebox.models.layers import ConvPatchStem
+    stem = ConvPatchStem(embed_dims=192, patch_size=16)
+    convs = [layer.conv for layer in stem.layers]
+    assert [c.out_channels for c in convs] == [24, 48, 96, 192]
+    assert all(c.stride == (2, 2) and c.bias is None for c in convs)
+    assert [layer.with_activation for layer in stem.layers] == [
+        True, True, True, False]
+    assert len(ConvPatchStem(embed_dims=192, patch_size=8).layers) == 3
+    with pytest.raises(ValueError, match='patch sizes'):
+        ConvPatchStem(patch_size=14)
+
+
+def test_missing_pretrained_weights_name_the_converter(tmp_path):
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    cfg = dict(type='WhiteBoxViT', img_size=64, patch_size=8, embed_dims=32,
+               num_layers=2, **VARIANTS['cbsa-vit'],
+               init_cfg=dict(type='Pretrained',
+                             checkpoint=str(tmp_path / 'vit.pth')))
+    model = MODELS.build(cfg)
+    with pytest.raises(FileNotFoundError, match='timm2mmseg.py --to '
+                       'white-box') as err:
+        model.init_weights()
+    assert str(tmp_path / 'vit.pth') in str(err.value)
 
 
 def test_cbsa_pools_the_patch_grid_not_the_cls_token():

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from mmseg_whitebox.analysis.complexity import flop_analyzer
-from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA, fast
+from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
+                                CrossMSSA, fast)
 from mmseg_whitebox.ops.reference import straightforward_cbsa
 
 
@@ -261,6 +262,89 @@ def test_cbsa_stop_gradient_on_initial_representatives():
     assert not torch.allclose(grad, without_sg)
 
 
+def test_cbsa_without_stop_gradient_as_the_released_code():
+    """rep_stop_grad=False: gradients flow through the pooled initial
+    representatives (the Appendix D listing); the forward is the same."""
+    torch.manual_seed(0)
+    op = CBSA(16, num_heads=2, head_dim=4, rep_grid=(2, 2),
+              rep_stop_grad=False)
+    x = torch.randn(1, 16 + 2, 16, requires_grad=True)
+    out = op(x, (4, 4))
+    ref = cbsa_reference(op, x[0].t(), 4, 4, stop_gradient=False)
+    torch.testing.assert_close(out[0], ref.t())
+    grad = torch.autograd.grad(out.sum(), x)[0]
+    torch.testing.assert_close(grad, torch.autograd.grad(ref.sum(), x)[0])
+
+
+# ------------------------------------------------ CBSA over q/k/v (Fig. 9)
+def qkv_cbsa_reference(op, Z, h, w, grid_start):
+    """CBSA with query/key/value projections, tokens as columns (d x N),
+    one head at a time: pooled representatives in every role, extraction
+    (representatives query the keys), contraction among them, broadcast
+    (tokens query the representatives' keys)."""
+    p, heads = op.head_dim, op.num_heads
+    s = 1 / math.sqrt(p)
+    W = op.qkv.weight
+    bias = op.qkv.bias
+    rh, rw = op.rep_grid
+    outs = []
+    for k in range(heads):
+        proj = []
+        for role in range(3):
+            rows = slice(role * heads * p + k * p,
+                         role * heads * p + (k + 1) * p)
+            proj.append(W[rows] @ Z + bias[rows, None])  # p x N
+        grid = slice(grid_start, grid_start + h * w)
+        reps = [avgpool_reference(X[:, grid], h, w, rh, rw).detach()
+                for X in proj]
+        Q, K, V = proj
+        A = col_softmax(K.t() @ reps[0] * s)  # N x m, over tokens
+        reps = [R + op.eta[k, 0, 0] * X @ A for R, X in zip(reps, proj)]
+        Rq, Rk, Rv = reps
+        C = Rv @ col_softmax(Rk.t() @ Rq * s)  # p x m
+        B = col_softmax(Rk.t() @ Q * s)  # m x N, over representatives
+        outs.append(op.kappa[k, 0, 0] * C @ B)
+    return op.out_proj.weight @ torch.cat(outs) + op.out_proj.bias[:, None]
+
+
+def test_qkv_cbsa_matches_its_equations():
+    torch.manual_seed(0)
+    op = QKVCBSA(20, num_heads=2, head_dim=6, rep_grid=(3, 3), step_init=None)
+    x = torch.randn(2, 1 + 6 * 9, 20)  # CLS first, a 6x9 grid
+    out = op(x, (6, 9), grid_start=1)
+    for b in range(2):
+        ref = qkv_cbsa_reference(op, x[b].t(), 6, 9, 1)
+        torch.testing.assert_close(out[b], ref.t())
+
+
+def test_tokens_as_representatives_give_mssa_and_softmax_attention():
+    """CBSA paper Sec. 3.3: with the tokens themselves as representatives
+    and identity coefficients, CBSA's contraction is MSSA (eq. 9) and,
+    with distinct query/key/value projections, softmax attention: the
+    operators agree in that setting."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 13, 24)
+    cbsa = CBSA(24, num_heads=3, head_dim=8, out_proj='tied')
+    mssa = MSSA(24, num_heads=3, head_dim=8, out_proj='tied',
+                step_size=False)
+    mssa.proj.weight.data.copy_(cbsa.proj.weight)
+    z = cbsa.project(x)  # the tokens, in every subspace
+    torch.testing.assert_close(cbsa.project_back(cbsa.contract(z)), mssa(x))
+
+    qkv_cbsa = QKVCBSA(24, num_heads=3, head_dim=8)
+    mhsa = MHSA(24, num_heads=3, head_dim=8)
+    mhsa.load_state_dict(qkv_cbsa.state_dict(), strict=False)
+    q, k, v = qkv_cbsa.project(x)
+    torch.testing.assert_close(qkv_cbsa.merge(qkv_cbsa.contract(q, k, v)),
+                               mhsa(x))
+    # and MHSA is the standard attention torch (and mmseg's ViT) computes
+    torch_mha = torch.nn.MultiheadAttention(24, 3, batch_first=True)
+    torch_mha.in_proj_weight.data.copy_(mhsa.qkv.weight)
+    torch_mha.in_proj_bias.data.copy_(mhsa.qkv.bias)
+    torch_mha.out_proj.load_state_dict(mhsa.out_proj.state_dict())
+    torch.testing.assert_close(mhsa(x), torch_mha(x, x, x)[0])
+
+
 def test_rigorous_cbsa_has_no_output_linear_and_stays_in_the_subspaces():
     torch.manual_seed(0)
     op = CBSA(40, num_heads=2, head_dim=5, rep_grid=(3, 3), out_proj='tied')
@@ -277,13 +361,16 @@ def test_ops_work_for_any_batch_size_and_token_count():
     torch.manual_seed(0)
     for b, h, w, extra in [(1, 1, 1, 0), (3, 2, 7, 4), (2, 32, 48, 150)]:
         x = torch.randn(b, h * w + extra, 32)
-        assert CBSA(32, 2, 8, (10, 10))(x, (h, w)).shape == x.shape
+        rep = (min(h, 10), min(w, 10))  # at most the token grid
+        assert CBSA(32, 2, 8, rep)(x, (h, w)).shape == x.shape
         assert MSSA(32, 2, 8)(x).shape == x.shape
         assert TSSA(32, 2, 8)(x).shape == x.shape
         query = torch.randn(b, 3, 32)
         assert CrossMSSA(32, 2, 8)(query, x).shape == (b, 3, 32)
     with pytest.raises(ValueError, match='does not fit'):
         CBSA(32, 2, 8)(torch.randn(1, 10, 32), (4, 4))
+    with pytest.raises(ValueError, match='larger than the 2x7 token grid'):
+        CBSA(32, 2, 8, (3, 3))(torch.randn(1, 14, 32), (2, 7))
 
 
 def test_ista_matches_crate_equation():

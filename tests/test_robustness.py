@@ -30,6 +30,11 @@ EXPECTED = {
     'cbsa-rigorous': {'attn.proj.weight', 'attn.eta', 'attn.kappa'},
     'cbt': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
             'attn.eta', 'attn.kappa'},
+    # the CBSA head on the CRATE and ToST demo encoders
+    'crate': {'attn.proj.weight', 'attn.out_proj.weight',
+              'attn.out_proj.bias', 'attn.eta', 'attn.kappa'},
+    'tost': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',
+             'attn.eta', 'attn.kappa'},
     'mssa': {'attn.proj.weight', 'attn.step_size'},
     'mssa-ca': {'attn.proj.weight', 'attn.step_size'},
     'tssa': {'attn.proj.weight', 'attn.out_proj.weight', 'attn.out_proj.bias',

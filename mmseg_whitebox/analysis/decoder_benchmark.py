@@ -26,7 +26,7 @@ import os.path as osp
 import platform
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -370,12 +370,15 @@ def markdown_table(rows: List[Dict]) -> str:
     return '\n'.join(lines)
 
 
-def slopes(rows: List[Dict]) -> Dict[str, Dict[str, float]]:
-    """Per head, the log-log slope of each cost against tokens."""
+def slopes(rows: List[Dict],
+           keys: Sequence[str] = ('fwd_ms', 'train_ms', 'mem_fwd', 'flops')
+           ) -> Dict[str, Dict[str, float]]:
+    """Per head (row ``'head'``), the log-log slope of each cost in
+    ``keys`` against tokens."""
     out: Dict[str, Dict[str, float]] = {}
     for head in dict.fromkeys(r['head'] for r in rows):
         mine = [r for r in rows if r['head'] == head]
-        for key in ('fwd_ms', 'train_ms', 'mem_fwd', 'flops'):
+        for key in keys:
             pts = [(r['tokens'], r[key]) for r in mine if r.get(key)]
             if len({t for t, _ in pts}) >= 2:
                 out.setdefault(head, {})[key] = loglog_slope(
@@ -383,28 +386,30 @@ def slopes(rows: List[Dict]) -> Dict[str, Dict[str, float]]:
     return out
 
 
-def plot(rows: List[Dict], fits: Dict, out_file: str, title: str) -> str:
+def plot(rows: List[Dict], fits: Dict, out_file: str, title: str,
+         latency: Sequence[str] = ('fwd_ms', 'train_ms'),
+         memory: Sequence[str] = ('mem_fwd', 'mem_train')) -> str:
+    """Latency (``latency`` keys) and peak memory (``memory`` keys) of
+    every head against tokens, log-log, with the fitted slopes."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
-    panels = ((axes[0], ('fwd_ms', 'train_ms'), 'latency (ms)', 1.0),
-              (axes[1], ('mem_fwd', 'mem_train'), 'peak memory (MiB)',
-               2**-20))
+    panels = ((axes[0], latency, 'latency (ms)', 1.0),
+              (axes[1], memory, 'peak memory (MiB)', 2**-20))
     for ax, keys, ylabel, scale in panels:
         for i, head in enumerate(dict.fromkeys(r['head'] for r in rows)):
             mine = sorted((r for r in rows if r['head'] == head),
                           key=lambda r: r['tokens'])
-            for key, style in zip(keys, ('o-', 's--')):
+            for key, style in zip(keys, ('o-', 's--', 'd:')):
                 pts = [(r['tokens'], r[key] * scale) for r in mine
                        if r.get(key)]
                 if not pts:
                     continue
                 slope = fits.get(head, {}).get(key)
-                what = 'fwd' if key in ('fwd_ms', 'mem_fwd') else 'fwd+bwd'
-                label = f'{head} {what}' + (f' (slope {slope:.2f})'
-                                            if slope is not None else '')
+                label = f'{head} {key}' + (f' (slope {slope:.2f})'
+                                           if slope is not None else '')
                 ax.plot(*zip(*pts), style, color=colors[i % len(colors)],
                         label=label, markersize=4)
         ax.set_xscale('log')

@@ -1,6 +1,8 @@
 """White-box attention operators, one file each; used by the decode heads
 and the encoders alike. Each returns the *update* of a residual step (the
 caller adds it to the tokens), except ISTA, which returns new tokens.
+MHSA (standard softmax attention) and QKVCBSA (CBSA over a pretrained
+ViT's query/key/value projections) share that interface.
 
 ``fast`` holds the inference fast path and its switch
 (:func:`~.fast.set_fast_path`); ``reference`` the straightforward versions
@@ -9,11 +11,14 @@ from . import fast, reference
 from .cbsa import CBSA
 from .fast import fast_path, set_fast_path, use_fast_path
 from .ista import ISTA
+from .mhsa import MHSA
 from .mssa import MSSA, CrossMSSA
+from .qkv_cbsa import QKVCBSA
 from .subspace import SubspaceAttention
 from .tssa import TSSA
 
 __all__ = [
-    'CBSA', 'CrossMSSA', 'ISTA', 'MSSA', 'SubspaceAttention', 'TSSA', 'fast',
-    'fast_path', 'reference', 'set_fast_path', 'use_fast_path'
+    'CBSA', 'CrossMSSA', 'ISTA', 'MHSA', 'MSSA', 'QKVCBSA',
+    'SubspaceAttention', 'TSSA', 'fast', 'fast_path', 'reference',
+    'set_fast_path', 'use_fast_path'
 ]

@@ -51,6 +51,28 @@ def _pair(value: GridSize) -> Tuple[int, int]:
     return int(h), int(w)
 
 
+def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
+              rep_grid: Tuple[int, int]) -> torch.Tensor:
+    """Average-pool the ``H x W`` token grid of ``(B, K, N, p)`` subspace
+    coordinates (starting at token ``grid_start``) to ``rep_grid``:
+    ``(B, K, rh * rw, p)``, the initial representatives."""
+    b, k, _, p = z.shape
+    h, w = hw
+    if rep_grid[0] > h or rep_grid[1] > w:
+        # adaptive pooling would silently copy tokens into several cells
+        raise ValueError(
+            f'rep_grid {tuple(rep_grid)} is larger than the {h}x{w} token '
+            'grid: use a rep_grid of at most the token grid (e.g. '
+            f'rep_grid=({min(rep_grid[0], h)}, {min(rep_grid[1], w)})) or '
+            'larger inputs (token grid = input size / patch size)')
+    # (B, N, K, p) is how the operators lay z out: the grid slice then is
+    # an (H, W, K*p) channels-last image, pooled without a copy
+    grid = z.transpose(1, 2)[:, grid_start:grid_start + h * w]
+    grid = grid.reshape(b, h, w, k * p).permute(0, 3, 1, 2)
+    rep = F.adaptive_avg_pool2d(grid, rep_grid)  # (B, K*p, rh, rw)
+    return rep.reshape(b, k, p, -1).transpose(-1, -2)
+
+
 class CBSA(SubspaceAttention):
     """Contract-and-broadcast self-attention; returns the update.
 
@@ -62,6 +84,10 @@ class CBSA(SubspaceAttention):
         rep_grid: ``(rh, rw)`` grid of representatives per subspace
             (``m = rh * rw``; the published decoder uses 10x10, the
             classification model 8x8).
+        rep_stop_grad: stop the gradient through the pooled initial
+            representatives, as eq. (5) writes (``sg``). The paper's
+            Appendix D listing and the released code do not; the forward
+            pass is the same either way, training gradients are not.
     """
 
     def __init__(self,
@@ -71,10 +97,12 @@ class CBSA(SubspaceAttention):
                  rep_grid: GridSize = (10, 10),
                  out_proj: str = 'linear',
                  basis_init: str = 'trunc_normal',
-                 init_std: float = 0.02) -> None:
+                 init_std: float = 0.02,
+                 rep_stop_grad: bool = True) -> None:
         super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
                          init_std)
         self.rep_grid = _pair(rep_grid)
+        self.rep_stop_grad = rep_stop_grad
         if min(self.rep_grid) < 1:
             raise ValueError(f'rep_grid must be positive, got {rep_grid}')
         self.eta = nn.Parameter(torch.empty(num_heads, 1, 1))
@@ -94,14 +122,9 @@ class CBSA(SubspaceAttention):
     def initial_representatives(self, z: torch.Tensor, hw: Tuple[int, int],
                                 grid_start: int) -> torch.Tensor:
         """``sg(avgpool(U^T Z_grid))``: ``(B, K, m, p)``."""
-        b, k, _, p = z.shape
-        h, w = hw
-        # (B, N, K, p) is how project() lays z out: the grid slice then is
-        # an (H, W, K*p) channels-last image, pooled without a copy
-        grid = z.detach().transpose(1, 2)[:, grid_start:grid_start + h * w]
-        grid = grid.reshape(b, h, w, k * p).permute(0, 3, 1, 2)
-        rep = F.adaptive_avg_pool2d(grid, self.rep_grid)  # (B, K*p, rh, rw)
-        return rep.reshape(b, k, p, -1).transpose(-1, -2)
+        if self.rep_stop_grad:
+            z = z.detach()
+        return pool_grid(z, hw, grid_start, self.rep_grid)
 
     def check_grid(self, x: torch.Tensor, hw: Tuple[int, int],
                    grid_start: int) -> None:
@@ -145,9 +168,7 @@ class CBSA(SubspaceAttention):
         extracted = torch.stack(
             [attn_t[:, i * m:(i + 1) * m] @ z[:, i] for i in range(k)], dim=1)
         q = q_ini + self.eta * extracted
-        # contraction among the m representatives, eq. (8)
-        contraction = F.scaled_dot_product_attention(q, q, q,
-                                                     scale=self.scale)
+        contraction = self.contract(q)
         # broadcast, eq. (6): kappa_k (contraction_k) A_k^T, and back to R^d.
         # Associativity: each representative's contraction is taken back
         # first, then every token gathers sum_k,m A_k[n, m] value_km, so no
@@ -162,6 +183,13 @@ class CBSA(SubspaceAttention):
         if return_attn:
             return update, attn_t.view(b, k, m, n)
         return update
+
+    def contract(self, q: torch.Tensor) -> torch.Tensor:
+        """Contraction among the representatives ``(B, K, m, p)``, eq. (8):
+        self-attention with query = key = value = ``U_k^T Q``. With the
+        tokens themselves as representatives (Sec. 3.3) this is MSSA's
+        attention."""
+        return F.scaled_dot_product_attention(q, q, q, scale=self.scale)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', rep_grid={self.rep_grid}'

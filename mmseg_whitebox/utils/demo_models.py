@@ -1,17 +1,17 @@
 """The demo models behind ``make demo`` (``tools/misc/demo.py``) and the
 ``--cfg-options`` it runs them with.
 
-Every demo model but one is a head on the same CPU-sized ViT encoder
-(``configs/*/*_vit-demo_*_synthade-*``); ``cbt`` is the CBSA head on a
-white-box CBT encoder of the same size. All train on the synthetic
-ADE20K-layout data.
+Every demo model but three is a head on the same CPU-sized ViT encoder
+(``configs/*/*_vit-demo_*_synthade-*``); ``cbt``, ``crate`` and ``tost``
+are the CBSA head on white-box encoders of the same size. All train on the
+synthetic ADE20K-layout data.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional
 
 #: name -> config (relative to the repository root); every head on the
-#: same ViT encoder, and 'cbt' on the white-box CBT encoder
+#: same ViT encoder, and 'cbt', 'crate', 'tost' on white-box encoders
 DEMO_MODELS: Dict[str, str] = {
     'segmenter': 'configs/segmenter/'
     'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py',
@@ -22,8 +22,11 @@ DEMO_MODELS: Dict[str, str] = {
     'mssa-ca': 'configs/mssa/'
     'mssa-ca_vit-demo_1xb8-800iter_synthade-128x128.py',
     'tssa': 'configs/tssa/tssa_vit-demo_1xb8-800iter_synthade-128x128.py',
-    # the white-box CBT encoder under the CBSA head
+    # white-box encoders (CBSA + ISTA, MSSA + ISTA, TSSA + MLP) under the
+    # CBSA head
     'cbt': 'configs/cbsa/cbsa_cbt-demo_1xb8-800iter_synthade-128x128.py',
+    'crate': 'configs/cbsa/cbsa_crate-demo_1xb8-800iter_synthade-128x128.py',
+    'tost': 'configs/cbsa/cbsa_tost-demo_1xb8-800iter_synthade-128x128.py',
 }
 #: what ``make demo`` trains unless told otherwise
 DEFAULT_MODELS = ('segmenter', 'cbsa', 'cbsa-rigorous')

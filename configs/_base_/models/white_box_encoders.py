@@ -6,17 +6,28 @@
 # given through init_cfg=dict(type='Pretrained', checkpoint=...)).
 #
 # CRATE (Yu et al. 2023): MSSA + ISTA; T 384 wide / 12 deep / 6 x 64,
-#   S 576 / 12 / 12 x 48 (6.1M and 13.1M parameters at 224).
+#   S 576 / 12 / 12 x 48, B 768 / 12 / 12 x 64 (6.1M, 13.1M, 22.8M
+#   parameters at 224).
 # ToST (Wu et al. 2025): TSSA + MLP (ratio 4); T 192 / 12 / 4 x 48,
-#   S 384 / 12 / 8 x 48, as the released tost_cab_*_12_p16.
-# CBT (CBSA paper): CBSA + ISTA; T 192 / 12 / 3 x 64, S 384 / 12 / 6 x 64.
-#   CBSA pools 8x8 representatives from the 14x14 grid at 224 (1.75 tokens
-#   per side); at 512 the grid follows the token grid: 16x16 of 32x32.
+#   S 384 / 12 / 8 x 48, as the released tost_cab_*_12_p16; B 768 / 12 /
+#   12 x 64 as the paper's ToST-Base (its Table 6).
+# CBT (CBSA paper): CBSA + ISTA; T 192 / 12 / 3 x 64, S 384 / 12 / 6 x 64,
+#   B 768 / 12 / 12 x 64. CBSA pools 8x8 representatives from the 14x14
+#   grid at 224 (1.75 tokens per side); at 512 the grid follows the token
+#   grid: 16x16 of 32x32.
 # CRATE+CBT: CBT's sizes, MSSA in the first half, CBSA in the second.
+# CBSA-adapted ViTs (CBSA paper Fig. 9): a ViT's layers with every
+#   attention replaced by CBSA over its pretrained query/key/value
+#   projections (QKVCBSA), linear in the number of tokens; the weights of
+#   a timm or mmseg ViT, converted with
+#   tools/model_converters/timm2mmseg.py --to white-box.
 # All in mmseg's ViT frame (linear patch embedding, learned position
-# embedding, CLS token first); the released encoders' convolutional stems,
-# ToST's Fourier positions, layer scale and class-attention layers are not
-# reproduced here.
+# embedding, CLS token first). The published stems are options:
+#   backbone=dict(_base_.cbt_s, stem_cfg=_base_.cbt_stem) (CBT's
+#   convolutional stem; CRATE's: crate_stem), which the published
+#   checkpoints need (tools/model_converters/whitebox2mmseg.py). ToST's
+#   Fourier positions, layer scale and class-attention layers are not
+#   reproduced here.
 whitebox_vit = dict(
     type='WhiteBoxViT',
     img_size=(512, 512),
@@ -31,21 +42,28 @@ ista = dict(type='ISTA')
 crate_mssa = dict(type='MSSA', out_proj='linear', basis_init='trunc_normal',
                   step_size=False)
 cbt_cbsa = dict(type='CBSA', rep_grid=(16, 16), out_proj='linear')
+mlp = dict(type='MLP', mlp_ratio=4)
+cbt_stem = dict(type='ConvPatchStem', norm_cfg=dict(type='BN'))
+crate_stem = dict(type='NormedPatchEmbed', norm_cfg=dict(type='LN'))
 
 crate_t = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=6, head_dim=64))
 crate_s = dict(whitebox_vit, embed_dims=576, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=12, head_dim=48))
-tost_t = dict(whitebox_vit, embed_dims=192, num_layers=12,
-              ffn_cfg=dict(type='MLP', mlp_ratio=4),
+crate_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
+               attn_cfg=dict(crate_mssa, num_heads=12, head_dim=64))
+tost_t = dict(whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
               attn_cfg=dict(type='TSSA', num_heads=4, head_dim=48))
-tost_s = dict(whitebox_vit, embed_dims=384, num_layers=12,
-              ffn_cfg=dict(type='MLP', mlp_ratio=4),
+tost_s = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=mlp,
               attn_cfg=dict(type='TSSA', num_heads=8, head_dim=48))
+tost_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=mlp,
+              attn_cfg=dict(type='TSSA', num_heads=12, head_dim=64))
 cbt_t = dict(whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=ista,
              attn_cfg=dict(cbt_cbsa, num_heads=3, head_dim=64))
 cbt_s = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
              attn_cfg=dict(cbt_cbsa, num_heads=6, head_dim=64))
+cbt_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
+             attn_cfg=dict(cbt_cbsa, num_heads=12, head_dim=64))
 crate_cbt_t = dict(
     cbt_t,
     attn_cfg=[dict(crate_mssa, num_heads=3, head_dim=64)] * 6 +
@@ -54,3 +72,25 @@ crate_cbt_s = dict(
     cbt_s,
     attn_cfg=[dict(crate_mssa, num_heads=6, head_dim=64)] * 6 +
     [dict(cbt_cbsa, num_heads=6, head_dim=64)] * 6)
+crate_cbt_b = dict(
+    cbt_b,
+    attn_cfg=[dict(crate_mssa, num_heads=12, head_dim=64)] * 6 +
+    [dict(cbt_cbsa, num_heads=12, head_dim=64)] * 6)
+
+# CBSA-adapted ViTs: ViT-T/S/B with QKVCBSA (step sizes start at 1) and the
+# patch-embedding bias timm's weights have; the converted weights are read
+# from pretrain/ (nothing is downloaded)
+qkv_cbsa = dict(type='QKVCBSA', rep_grid=(16, 16), head_dim=64)
+cbsa_vit_t = dict(
+    whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
+    patch_bias=True, attn_cfg=dict(qkv_cbsa, num_heads=3),
+    init_cfg=dict(type='Pretrained',
+                  checkpoint='pretrain/vit_tiny_patch16_384_white-box.pth'))
+cbsa_vit_s = dict(
+    cbsa_vit_t, embed_dims=384, attn_cfg=dict(qkv_cbsa, num_heads=6),
+    init_cfg=dict(type='Pretrained',
+                  checkpoint='pretrain/vit_small_patch16_384_white-box.pth'))
+cbsa_vit_b = dict(
+    cbsa_vit_t, embed_dims=768, attn_cfg=dict(qkv_cbsa, num_heads=12),
+    init_cfg=dict(type='Pretrained',
+                  checkpoint='pretrain/vit_base_patch16_384_white-box.pth'))

@@ -1,7 +1,9 @@
 """White-box vision transformers as mmseg backbones: CRATE (MSSA + ISTA),
 ToST (TSSA + MLP), CBT (CBSA + ISTA) and their hybrids, one class.
 
-mmseg's ``VisionTransformer`` supplies the patch embedding, CLS token,
+mmseg's ``VisionTransformer`` supplies the patch embedding (or, by
+``stem_cfg``, a published stem: CBT's convolutional one, CRATE's
+normalised linear one), CLS token,
 position embedding (interpolated to any input size), ``out_indices``,
 ``final_norm``, ``norm_eval`` and pretrained loading; the layers are
 :class:`~mmseg_whitebox.models.layers.WhiteBoxBlock` s built from
@@ -13,6 +15,7 @@ code pools ``w[:, :-1]`` although its CLS token is first).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -40,6 +43,22 @@ def per_layer(cfg: LayerCfg, num_layers: int, name: str) -> List[Dict]:
     return cfgs
 
 
+CONVERTERS = ('tools/model_converters/timm2mmseg.py --to white-box (a timm '
+              'or mmseg ViT, for the CBSA-adapted ViTs) or tools/'
+              'model_converters/whitebox2mmseg.py (published CBT, CRATE and '
+              'ToST classification checkpoints)')
+
+
+def check_local_checkpoint(path: Optional[str]) -> None:
+    """White-box weights are never downloaded: a missing local file is an
+    error that names it and the converter that writes it."""
+    if path and '://' not in path and not os.path.isfile(path):
+        raise FileNotFoundError(
+            f'pretrained backbone weights {path!r} do not exist. Convert '
+            f'them with {CONVERTERS}, or train from scratch with '
+            'model.backbone.init_cfg=None')
+
+
 @MODELS.register_module()
 class WhiteBoxViT(VisionTransformer):
     """A ViT whose layers are white-box blocks.
@@ -49,7 +68,12 @@ class WhiteBoxViT(VisionTransformer):
             (``dict(type='CBSA', num_heads=3, head_dim=64, rep_grid=8)``),
             or a list with one per layer.
         ffn_cfg: ``dict(type='ISTA')`` (CRATE, CBT) or ``dict(type='MLP',
-            mlp_ratio=4)`` (ToST), or a list with one per layer.
+            mlp_ratio=4)`` (ToST, ViT), or a list with one per layer.
+        stem_cfg: a patch embedding registered in mmseg's ``MODELS`` in
+            place of mmseg's ``PatchEmbed``: ``dict(type='ConvPatchStem')``
+            (CBT's convolutional stem) or ``dict(type='NormedPatchEmbed')``
+            (CRATE's); ``in_channels``, ``embed_dims`` and ``patch_size``
+            are filled in. ``None``: mmseg's.
         num_layers, embed_dims, drop_path_rate, norm_cfg, with_cp,
             out_indices, final_norm, with_cls_token, norm_eval: as mmseg's
             ``VisionTransformer`` (``drop_path_rate`` rises linearly over
@@ -67,6 +91,7 @@ class WhiteBoxViT(VisionTransformer):
                  attn_cfg: LayerCfg = dict(
                      type='CBSA', num_heads=3, head_dim=64, rep_grid=(8, 8)),
                  ffn_cfg: LayerCfg = dict(type='ISTA'),
+                 stem_cfg: Optional[Dict[str, Any]] = None,
                  num_layers: int = 12,
                  embed_dims: int = 192,
                  drop_path_rate: float = 0.0,
@@ -81,6 +106,11 @@ class WhiteBoxViT(VisionTransformer):
         super().__init__(embed_dims=embed_dims, num_layers=0,
                          out_indices=0, norm_cfg=norm_cfg, with_cp=with_cp,
                          **kwargs)
+        if stem_cfg is not None:
+            self.patch_embed = MODELS.build(
+                dict(dict(in_channels=kwargs.get('in_channels', 3),
+                          embed_dims=embed_dims, patch_size=self.patch_size),
+                     **stem_cfg))
         if isinstance(out_indices, int):
             out_indices = [num_layers - 1 if out_indices == -1
                            else out_indices]
@@ -105,9 +135,11 @@ class WhiteBoxViT(VisionTransformer):
         """mmseg's ViT initialisation (or the pretrained weights), then,
         unless pretrained, the operators' own published initialisations
         (mmseg's would overwrite e.g. MSSA's N(0, 1/d) bases)."""
-        super().init_weights()
         pretrained = (isinstance(self.init_cfg, dict) and self.init_cfg.get(
             'type') in ('Pretrained', 'Pretrained_Part'))
+        if pretrained:
+            check_local_checkpoint(self.init_cfg.get('checkpoint'))
+        super().init_weights()
         if not pretrained:
             for module in self.modules():
                 if isinstance(module, SubspaceAttention):

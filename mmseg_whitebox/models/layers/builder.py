@@ -14,9 +14,10 @@ import torch.nn as nn
 from mmcv.cnn.bricks.transformer import FFN
 from mmseg.registry import MODELS
 
-from mmseg_whitebox.ops import CBSA, ISTA, MSSA, TSSA, CrossMSSA
+from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
+                                CrossMSSA)
 
-ATTENTION_OPERATORS = (CBSA, MSSA, CrossMSSA, TSSA, ISTA)
+ATTENTION_OPERATORS = (CBSA, MSSA, CrossMSSA, TSSA, ISTA, MHSA, QKVCBSA)
 for _op in ATTENTION_OPERATORS:
     MODELS.register_module(module=_op)
 

@@ -1,0 +1,213 @@
+"""White-box encoders against mmseg's ViT, alone and inside the segmentor.
+
+The logic behind ``tools/analysis_tools/benchmark_encoders.py``. Every
+model is built from this project's ADE20K config of one size with the CBSA
+head (``configs/cbsa/cbsa_{encoder}-{size}_*``), random weights, and fed
+the same random image. Per image size and encoder: parameters and FLOPs of
+the encoder and of the whole segmentor (tensor mode: encoder and head, no
+final upsampling), forward latency of both, forward+backward latency of
+the encoder, their peak memory, and each figure as a ratio to mmseg's ViT
+of the same size. Timing, memory and slopes are the decoder benchmark's
+(:mod:`~mmseg_whitebox.analysis.benchmark`).
+"""
+from __future__ import annotations
+
+import glob
+import os.path as osp
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .benchmark import median, peak_memory, time_interleaved
+from .complexity import flop_analyzer
+from .decoder_benchmark import (BenchmarkOptions, autocast, cell,
+                                describe_row, over_limit)
+
+# encoder name -> config (relative to configs/, {size} = t|s|b)
+ENCODER_CONFIGS = {
+    'vit': 'cbsa/cbsa_vit-{size}_*_ade20k-*.py',
+    'crate': 'cbsa/cbsa_crate-{size}_*_ade20k-*.py',
+    'tost': 'cbsa/cbsa_tost-{size}_*_ade20k-*.py',
+    'cbt': 'cbsa/cbsa_cbt-{size}_*_ade20k-*.py',
+    'crate-cbt': 'cbsa/cbsa_crate-cbt-{size}_*_ade20k-*.py',
+    'cbsa-vit': 'cbsa/cbsa_cbsa-vit-{size}_*_ade20k-*.py',
+}
+REFERENCE = 'vit'
+#: the measurements, per row: ``<scope>_<what>`` with scope ``enc``
+#: (encoder alone) or ``seg`` (the whole segmentor)
+RATIO_KEYS = ('enc_flops', 'seg_flops', 'enc_params', 'enc_fwd_ms',
+              'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd', 'seg_mem_fwd',
+              'enc_mem_train')
+
+
+class TensorMode(nn.Module):
+    """The segmentor in tensor mode (encoder + head logits), traceable."""
+
+    def __init__(self, segmentor: nn.Module) -> None:
+        super().__init__()
+        self.segmentor = segmentor
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.segmentor(image, mode='tensor')
+
+
+def encoder_config(name: str, size: str, config_root: str) -> str:
+    pattern = ENCODER_CONFIGS[name].format(size=size)
+    found = sorted(glob.glob(osp.join(config_root, pattern)))
+    if not found:
+        raise FileNotFoundError(
+            f'no config for encoder {name!r} of size {size!r} ({pattern} '
+            f'under {config_root}); choose another size or leave it out')
+    return found[0]
+
+
+def build_segmentors(names: List[str], size: str, device: torch.device,
+                     seed: int, config_root: str) -> Dict[str, nn.Module]:
+    """Segmentors (eval mode, random weights, nothing downloaded)."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    models = {}
+    for name in names:
+        cfg = Config.fromfile(encoder_config(name, size, config_root))
+        cfg.model.pretrained = None
+        cfg.model.backbone.init_cfg = None
+        torch.manual_seed(seed)
+        model = MODELS.build(cfg.model)
+        model.init_weights()
+        models[name] = model.to(device).eval()
+    return models
+
+
+def complexity(module: nn.Module, image: torch.Tensor) -> Tuple[int, int]:
+    """``(flops, params)`` (fused multiply-adds, attention counted)."""
+    with torch.no_grad():
+        flops = flop_analyzer(module, (image, )).total()
+    return int(flops), sum(p.numel() for p in module.parameters())
+
+
+def encoder_train_fn(model: nn.Module, image: torch.Tensor,
+                     device: torch.device,
+                     amp: Optional[str]) -> Callable[[], None]:
+    """Forward of the encoder in training mode and backward of its summed
+    output."""
+    backbone = model.backbone
+    params = [p for p in backbone.parameters() if p.requires_grad]
+
+    def run():
+        backbone.train()
+        try:
+            with autocast(device, amp):
+                out = backbone(image)
+            sum(o.float().sum() for o in out).backward()
+        finally:
+            backbone.eval()
+            for p in params:
+                p.grad = None
+
+    return run
+
+
+def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
+                 options: BenchmarkOptions, device: torch.device,
+                 history: Dict[str, List[Dict]],
+                 memory_limit: Optional[int], flops: bool) -> List[Dict]:
+    """All measurements of every encoder at one image size."""
+    gen = torch.Generator().manual_seed(options.seed)
+    image = torch.randn(1, 3, *size, generator=gen).to(device)
+    rows, runnable = [], {}
+    for name, model in models.items():
+        tokens = (-(-size[0] // 16)) * (-(-size[1] // 16))
+        row = dict(head=name, size=f'{size[0]}x{size[1]}', tokens=tokens,
+                   status='ok')
+        rows.append(row)
+        past = history.setdefault(name, [])
+        fns: Dict[str, Callable] = {}
+
+        def forward(module: nn.Module) -> Callable[[], object]:
+            def run():
+                with torch.no_grad(), autocast(device, options.amp):
+                    return module(image)
+            return run
+
+        calls = dict(enc_fwd=forward(model.backbone),
+                     seg_fwd=forward(TensorMode(model)))
+        if options.backward:
+            calls['enc_train'] = encoder_train_fn(model, image, device,
+                                                  options.amp)
+        for kind, fn in calls.items():
+            mem_key = kind.replace('_fwd', '_mem_fwd').replace(
+                '_train', '_mem_train')
+            predicted = over_limit(past, mem_key, tokens, memory_limit)
+            if predicted:
+                row['status'] = (f'{kind} skipped: predicted to need '
+                                 f'{predicted / 2**30:.1f} GiB')
+                continue
+            row[mem_key], _ = peak_memory(fn, device)
+            fns[kind] = fn
+        if flops:
+            row['enc_flops'], row['enc_params'] = complexity(
+                model.backbone, image)
+            row['seg_flops'], row['seg_params'] = complexity(
+                TensorMode(model), image)
+        else:
+            row['enc_params'] = sum(
+                p.numel() for p in model.backbone.parameters())
+        runnable[name] = fns
+        past.append(row)
+    for kind in ('enc_fwd', 'seg_fwd', 'enc_train'):
+        fns = {name: f[kind] for name, f in runnable.items() if kind in f}
+        if not fns:
+            continue
+        times = time_interleaved(fns, device, options.repeats,
+                                 options.warmup, options.max_seconds)
+        for row in rows:
+            if row['head'] in times:
+                row[f'{kind}_ms'] = 1e3 * median(times[row['head']])
+    for row in rows:
+        print('  ' + describe_row(dict(row, fwd_ms=row.get('enc_fwd_ms'),
+                                       train_ms=row.get('enc_train_ms'),
+                                       mem_fwd=row.get('enc_mem_fwd'))),
+              flush=True)
+    return rows
+
+
+def add_ratios(rows: List[Dict]) -> None:
+    """``<key>_vs_vit`` for every figure, per size."""
+    by_size: Dict[str, Dict[str, Dict]] = {}
+    for row in rows:
+        by_size.setdefault(row['size'], {})[row['head']] = row
+    for encoders in by_size.values():
+        ref = encoders.get(REFERENCE)
+        for row in encoders.values():
+            for key in RATIO_KEYS:
+                if ref and row.get(key) and ref.get(key):
+                    row[f'{key}_vs_{REFERENCE}'] = row[key] / ref[key]
+
+
+COLUMNS = [
+    ('head', 'encoder', '{}'), ('size', 'image', '{}'),
+    ('tokens', 'tokens', '{}'), ('enc_params', 'enc params (M)', 'M'),
+    ('enc_flops', 'enc GFLOPs', 'G'), ('seg_flops', 'seg GFLOPs', 'G'),
+    ('enc_fwd_ms', 'enc fwd ms', '.1f'), ('enc_fwd_ms_vs_vit', 'x ViT', 'r'),
+    ('seg_fwd_ms', 'seg fwd ms', '.1f'), ('seg_fwd_ms_vs_vit', 'x ViT', 'r'),
+    ('enc_train_ms', 'enc fwd+bwd ms', '.1f'),
+    ('enc_train_ms_vs_vit', 'x ViT', 'r'),
+    ('enc_mem_fwd', 'enc fwd MiB', 'Mi'), ('enc_mem_fwd_vs_vit', 'x ViT',
+                                           'r'),
+    ('seg_mem_fwd', 'seg fwd MiB', 'Mi'), ('enc_mem_train', 'enc train MiB',
+                                           'Mi'),
+]
+
+
+def markdown_table(rows: List[Dict]) -> str:
+    lines = ['| ' + ' | '.join(c[1] for c in COLUMNS) + ' | note |',
+             '|' + '---|' * (len(COLUMNS) + 1)]
+    for row in rows:
+        note = '' if row['status'] == 'ok' else row['status']
+        lines.append('| ' + ' | '.join(cell(row, k, f)
+                                       for k, _, f in COLUMNS) +
+                     f' | {note} |')
+    return '\n'.join(lines)

@@ -1,0 +1,117 @@
+"""CBSA with query, key and value projections: a pretrained ViT's attention
+made linear in the number of tokens (CBSA paper, Fig. 9 and Sec. 3.3).
+
+The CBSA paper adapts pretrained ViTs "into CBSA style" by keeping the
+MHSA's three projections ``W_q, W_k, W_v`` instead of one shared basis
+``U_k``. Every step of CBSA (eq. 5-8) then reads the tokens through the
+projection of its role, per head ``k``:
+
+* initialisation: ``R_x = sg(avgpool(X_grid))`` for ``X`` in ``Q, K, V``:
+  the representatives are points pooled from the token grid, and each
+  projection sees them (the pooled projection is the projection of the
+  pooled tokens);
+* extraction, eq. (5): the representatives query the tokens' keys,
+  ``A = softmax(R_q K^T / sqrt(p))`` over tokens, and gather in every role,
+  ``R_x <- R_x + eta_k A X``;
+* contraction, eq. (8): self-attention among the representatives,
+  ``C = softmax(R_q R_k^T / sqrt(p)) R_v``;
+* broadcast: with distinct projections the extraction weights no longer
+  serve as the way back (the paper's footnote 8), so every token queries
+  the representatives' keys: ``update = kappa_k softmax(Q R_k^T / sqrt(p)) C``,
+
+then the pretrained output projection. With the tokens themselves as
+representatives (``R = Q, K, V``) and identity coefficients, the
+contraction is softmax attention and the operator is the MHSA it replaces
+(Sec. 3.3); with ``m`` representatives it costs ``O(N m p K)``. Without
+the contraction it is the paper's "CBSA without contraction", an Agent
+Attention.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cbsa import GridSize, _pair, pool_grid
+from .mhsa import QKVProjection
+
+
+class QKVCBSA(QKVProjection):
+    """CBSA over query/key/value projections; returns the update.
+
+    Args:
+        dim, num_heads, head_dim, qkv_bias, init_std: as :class:`~.MHSA`
+            (whose weights it takes over one to one).
+        rep_grid: ``(rh, rw)`` grid of representatives (8x8 at 224, as the
+            paper's adapted ViTs).
+        step_init: initial value of the step sizes ``eta_k``, ``kappa_k``
+            (1: the released fine-tuning code's unit steps, a natural start
+            from pretrained weights); ``None`` draws them N(0, 1) as CBSA.
+        rep_stop_grad: stop the gradient through the pooled initial
+            representatives (eq. 5's ``sg``).
+    """
+
+    def __init__(self,
+                 dim: int,
+                 num_heads: int = 6,
+                 head_dim: Optional[int] = None,
+                 rep_grid: GridSize = (8, 8),
+                 qkv_bias: bool = True,
+                 step_init: Optional[float] = 1.0,
+                 rep_stop_grad: bool = True,
+                 init_std: float = 0.02) -> None:
+        super().__init__(dim, num_heads, head_dim, qkv_bias, init_std)
+        self.rep_grid = _pair(rep_grid)
+        if min(self.rep_grid) < 1:
+            raise ValueError(f'rep_grid must be positive, got {rep_grid}')
+        self.step_init = step_init
+        self.rep_stop_grad = rep_stop_grad
+        self.eta = nn.Parameter(torch.empty(num_heads, 1, 1))
+        self.kappa = nn.Parameter(torch.empty(num_heads, 1, 1))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for step in (self.eta, self.kappa):
+            if self.step_init is None:
+                nn.init.normal_(step)
+            else:
+                nn.init.constant_(step, self.step_init)
+
+    def contract(self, r_q: torch.Tensor, r_k: torch.Tensor,
+                 r_v: torch.Tensor) -> torch.Tensor:
+        """Contraction among the representatives, eq. (8) with distinct
+        projections: ``softmax(R_q R_k^T / sqrt(p)) R_v``, ``(B, K, m, p)``.
+        With the tokens as representatives: softmax attention."""
+        return F.scaled_dot_product_attention(r_q, r_k, r_v,
+                                              scale=self.scale)
+
+    def forward(self,
+                x: torch.Tensor,
+                hw: Tuple[int, int],
+                grid_start: int = 0) -> torch.Tensor:
+        """``(B, N, d)`` tokens whose ``H x W`` grid starts at
+        ``x[:, grid_start]`` -> the update ``(B, N, d)``."""
+        h, w = hw
+        if grid_start < 0 or grid_start + h * w > x.shape[1]:
+            raise ValueError(f'a {h}x{w} token grid starting at {grid_start} '
+                             f'does not fit in {x.shape[1]} tokens')
+        q, k, v = self.project(x)
+        qkv = torch.cat([q, k, v], dim=-1)  # (B, K, N, 3p): every role
+        init = qkv.detach() if self.rep_stop_grad else qkv
+        reps = pool_grid(init, hw, grid_start, self.rep_grid)
+        # extraction, eq. (5): R_x + eta A X, A = softmax(R_q K^T) over tokens
+        p = self.head_dim
+        gathered = F.scaled_dot_product_attention(reps[..., :p], k, qkv,
+                                                  scale=self.scale)
+        r_q, r_k, r_v = (reps + self.eta * gathered).split(p, dim=-1)
+        contraction = self.contract(r_q, r_k, r_v)
+        # broadcast: every token queries the representatives' keys
+        out = F.scaled_dot_product_attention(q, r_k, self.kappa * contraction,
+                                             scale=self.scale)
+        return self.merge(out)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f', rep_grid={self.rep_grid}'

@@ -1,0 +1,59 @@
+"""Reading foreign state dicts and writing converted ones, for the weight
+converters in ``tools/model_converters/``.
+
+Foreign checkpoints are read weights-only (a ``.pth`` that needs full
+unpickling is refused, never executed) or from ``.safetensors``.
+"""
+from __future__ import annotations
+
+import os
+import os.path as osp
+from typing import Callable, Dict, List, Tuple
+
+import torch
+
+StateDict = Dict[str, torch.Tensor]
+Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
+
+
+def read_state_dict(path: str) -> StateDict:
+    """The tensors of ``path`` (``.pth``/``.pt`` read weights-only, or
+    ``.safetensors``); a checkpoint that wraps them under ``state_dict``
+    or ``model`` is unwrapped. Raises ``ValueError`` saying what is
+    wrong with the file."""
+    if not osp.isfile(path):
+        raise ValueError(f'{path!r} does not exist')
+    if path.endswith('.safetensors'):
+        from safetensors.torch import load_file
+        return load_file(path)
+    try:
+        checkpoint = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as exc:  # torch raises many kinds for a foreign file
+        raise ValueError(f'{path!r} cannot be read weights-only as a torch '
+                         f'state dict ({type(exc).__name__}: {exc})') from exc
+    for key in ('state_dict', 'model'):
+        if isinstance(checkpoint, dict) and isinstance(
+                checkpoint.get(key), dict):
+            checkpoint = checkpoint[key]
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f'{path!r} holds a {type(checkpoint).__name__}, '
+                         'not a state dict')
+    return checkpoint
+
+
+def convert_file(src: str, dst: str, convert: Converter) -> str:
+    """Convert the state dict in ``src`` and save it to ``dst`` as a
+    weights-only checkpoint (``dict(state_dict=...)``, what
+    ``init_cfg=dict(type='Pretrained', checkpoint=dst)`` reads). A key
+    ``convert`` cannot map stops the conversion before anything is
+    written (``ValueError`` listing them). Returns a one-line summary."""
+    converted, dropped, unmapped = convert(read_state_dict(src))
+    if unmapped:
+        raise ValueError(f'{len(unmapped)} keys of {src} cannot be mapped '
+                         f'(is it the right kind of checkpoint?): '
+                         f'{", ".join(unmapped)}')
+    os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
+    torch.save(dict(state_dict=converted), dst)
+    return (f'wrote {dst}: {len(converted)} tensors' +
+            (f'; dropped the classifier ({", ".join(dropped)})'
+             if dropped else ''))

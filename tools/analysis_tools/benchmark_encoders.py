@@ -1,0 +1,156 @@
+"""Benchmark white-box encoders against mmseg's ViT, alone and inside the
+segmentor.
+
+    python tools/analysis_tools/benchmark_encoders.py [--size s] \
+        [--encoders vit crate tost cbt crate-cbt cbsa-vit] \
+        [--sizes 512 1024 2048 512x1024] [--device cpu|cuda] \
+        [--threads N] [--repeats 5] [--max-seconds 60] [--no-backward] \
+        [--flops-sizes 512] [--amp bf16|fp16] \
+        [--out work_dirs/benchmark_encoders]
+
+Every encoder of one size (T/S/B) under the CBSA head, from this project's
+ADE20K configs, with random weights. Per image size: encoder and segmentor
+parameters and FLOPs (mmengine's analysis, fused multiply-adds, attention
+included; at --flops-sizes), encoder and segmentor forward latency,
+encoder forward+backward latency, peak memory, each as a ratio to mmseg's
+ViT, and log-log slopes of cost against tokens. Writes benchmark.json,
+benchmark.md and benchmark.png to --out. The targets and the last
+measurements are in the README ("Encoder benchmark").
+"""
+import argparse
+import json
+import os
+import os.path as osp
+from typing import Dict, List
+
+import torch
+
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.analysis import decoder_benchmark as decoders
+from mmseg_whitebox.analysis import encoder_benchmark as bench
+from mmseg_whitebox.analysis.benchmark import available_memory
+from mmseg_whitebox.utils.cli import ToolError, run_tool
+
+CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
+    osp.abspath(__file__)))), 'configs')
+DEFAULT_SIZES = ('512', '1024', '2048', '512x1024')
+SLOPE_KEYS = ('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd')
+
+
+def size_arg(text: str):
+    try:
+        return decoders.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split('\n\n', 1)[1])
+    p.add_argument('--size', default='s', choices=['t', 's'],
+                   help='model size (default: s)')
+    p.add_argument('--encoders', nargs='+',
+                   choices=list(bench.ENCODER_CONFIGS),
+                   default=list(bench.ENCODER_CONFIGS),
+                   help='encoders to compare (vit: mmseg\'s, the reference)')
+    p.add_argument('--sizes', nargs='+', type=size_arg,
+                   default=[decoders.parse_size(s) for s in DEFAULT_SIZES],
+                   help=f'image sizes, N or HxW (default: '
+                   f'{" ".join(DEFAULT_SIZES)})')
+    p.add_argument('--flops-sizes', nargs='*', type=size_arg,
+                   default=[(512, 512)],
+                   help='sizes at which FLOPs are counted (a traced forward '
+                   'each; default: 512)')
+    p.add_argument('--device', default='cpu')
+    p.add_argument('--threads', type=int,
+                   help='CPU threads (default: torch\'s choice)')
+    p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--warmup', type=int, default=1)
+    p.add_argument('--max-seconds', type=float, default=60.0,
+                   help='stop timing an encoder after this many seconds '
+                   '(at least 3 calls; default 60)')
+    p.add_argument('--no-backward', action='store_true')
+    p.add_argument('--amp', choices=['bf16', 'fp16'])
+    p.add_argument('--memory-limit-gb', type=float,
+                   help='skip runs predicted to need more (default: 80%% '
+                   'of the memory available at the start)')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--out', default='work_dirs/benchmark_encoders')
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        p.error('--repeats must be >= 1 and --warmup >= 0')
+    return args
+
+
+def print_summary(rows: List[Dict], fits: Dict) -> None:
+    print('\nslopes of cost vs tokens (log-log; 1 = linear, ViT ~2):')
+    for name, fit in fits.items():
+        fitted = '  '.join(f'{k} {v:.2f}' for k, v in fit.items())
+        print(f'  {name:<10} {fitted}')
+    print('\nencoder forward / ViT (latency, peak memory):')
+    for r in rows:
+        if r['head'] != bench.REFERENCE and 'enc_fwd_ms_vs_vit' in r:
+            mem = r.get('enc_mem_fwd_vs_vit')
+            print(f'  {r["head"]:<10} {r["size"]:>9}: '
+                  f'{r["enc_fwd_ms_vs_vit"]:.3f}  '
+                  + (f'{mem:.3f}' if mem else '-'))
+
+
+def main(argv=None) -> Dict:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ToolError('--device cuda, but torch sees no CUDA device')
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        models = bench.build_segmentors(args.encoders, args.size, device,
+                                        args.seed, CONFIG_ROOT)
+    except FileNotFoundError as exc:
+        raise ToolError(str(exc))
+    os.makedirs(args.out, exist_ok=True)
+    if args.memory_limit_gb:
+        memory_limit = int(args.memory_limit_gb * 2**30)
+    else:
+        avail = available_memory(device)
+        memory_limit = int(0.8 * avail) if avail else None
+    options = decoders.BenchmarkOptions(
+        repeats=args.repeats, warmup=args.warmup,
+        max_seconds=args.max_seconds, backward=not args.no_backward,
+        amp=args.amp, seed=args.seed)
+    facts = decoders.machine(device)
+    print(f'benchmark on {facts["cpu"]} ({facts["threads"]} threads), '
+          f'{facts.get("gpu", "")} torch {facts["torch"]}, size '
+          f'{args.size.upper()}' + (f', autocast {args.amp}'
+                                    if args.amp else ''))
+    rows: List[Dict] = []
+    history: Dict[str, List[Dict]] = {}
+    for size in sorted(args.sizes, key=lambda s: s[0] * s[1]):
+        print(f'== {size[0]}x{size[1]}', flush=True)
+        rows += bench.measure_size(models, size, options, device, history,
+                                   memory_limit, size in args.flops_sizes)
+    bench.add_ratios(rows)
+    fits = decoders.slopes(rows, SLOPE_KEYS)
+    report = dict(machine=facts, size=args.size, amp=args.amp,
+                  results=rows, slopes=fits)
+    table = bench.markdown_table(rows)
+    with open(osp.join(args.out, 'benchmark.json'), 'w') as f:
+        json.dump(report, f, indent=1)
+    with open(osp.join(args.out, 'benchmark.md'), 'w') as f:
+        f.write(table + '\n')
+    title = (f'encoders ({args.size.upper()}), {facts["cpu"]}, '
+             f'{facts["threads"]} threads, {facts["date"][:10]}')
+    decoders.plot(rows, fits, osp.join(args.out, 'benchmark.png'), title,
+                  latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
+                  memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
+    print('\n' + table)
+    print_summary(rows, fits)
+    print(f'\nwritten to {args.out}: benchmark.json, benchmark.md, '
+          'benchmark.png')
+    return report
+
+
+if __name__ == '__main__':
+    run_tool(main)

@@ -1,0 +1,43 @@
+"""Convert a published CBT / CRATE / ToST classification checkpoint for
+this project's WhiteBoxViT.
+
+    python tools/model_converters/whitebox2mmseg.py SRC DST [--layout L]
+
+SRC: a state dict of the CBSA repository's ``CBSA_image_classification``
+models (CBT and its CRATE/ToST variants; convolutional stem) or of the
+CRATE repository's models (normalised linear patch embedding), read
+weights-only; ``--layout`` (default: detected) names which. DST: a
+weights-only checkpoint for ``init_cfg=dict(type='Pretrained',
+checkpoint=DST)`` of a WhiteBoxViT with the matching ``stem_cfg``
+(``ConvPatchStem`` / ``NormedPatchEmbed``), operators and sizes. The
+classifier is dropped; a key that cannot be mapped stops the conversion,
+with the list of such keys, and nothing is written.
+"""
+import argparse
+from functools import partial
+
+import mmseg_whitebox  # noqa: F401  (compat first)
+from mmseg_whitebox.models.backbones.white_box_conversion import (
+    LAYOUTS, white_box_to_mmseg)
+from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.state_dicts import convert_file
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('src', help='published classification state dict')
+    p.add_argument('dst', help='where to write the mmseg checkpoint')
+    p.add_argument('--layout', choices=['auto'] + list(LAYOUTS),
+                   default='auto',
+                   help='cbsa: the CBSA repository (CBT, convolutional '
+                   'stem); crate: the CRATE repository; auto: detected')
+    args = p.parse_args(argv)
+    try:
+        print(convert_file(args.src, args.dst,
+                           partial(white_box_to_mmseg, layout=args.layout)))
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+if __name__ == '__main__':
+    run_tool(main)

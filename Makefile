@@ -21,13 +21,17 @@ install: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) requirements.txt constraints.txt pyproject.toml
+$(STAMP): $(PY) requirements.txt constraints.txt pyproject.toml mmseg_whitebox/startup.py
 	@# torch first and alone, so pip takes the CPU build (see constraints.txt);
 	@# an existing torch (e.g. a CUDA build) is kept
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) torch==2.13.0
 	$(PIP) install $(PIP_C) -e ".[tests]"
 	@# mmcv-lite unless an mmcv (e.g. a compiled one) is already there
 	$(PY) -c "import mmcv" 2>/dev/null || $(PIP) install $(PIP_C) "mmcv-lite>=2.0.0rc4,<2.2.0"
+	@# startup hook (mmseg_whitebox_startup.pth in site-packages): the compat
+	@# fixes on first import of torchvision/mmcv.ops/mmengine, so import
+	@# order never matters; remove with -m mmseg_whitebox.startup --uninstall
+	$(PY) -m mmseg_whitebox.startup --install
 	$(PY) -c "import mmseg_whitebox, mmseg.models; print('mmseg_whitebox', mmseg_whitebox.__version__, 'compat:', mmseg_whitebox.compat.STATUS)"
 	touch $(STAMP)
 

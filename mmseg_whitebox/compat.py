@@ -36,6 +36,10 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     unpickling is refused with an error that says how to convert it
     (``python -m mmseg_whitebox.utils.weights_only``, from any directory);
     the protection is never switched off.
+
+In the default install a startup hook (:mod:`mmseg_whitebox.startup`)
+applies each fix when what it fixes is first imported, so the order of
+imports never matters; :func:`apply` then finds them in place.
 """
 from __future__ import annotations
 
@@ -128,7 +132,12 @@ def patch_torchvision() -> bool:
     global _TORCHVISION_LIB
     if _TORCHVISION_LIB is not None:
         return True
-    if not torchvision_needs_shim():
+    needed = torchvision_needs_shim()
+    # looking torchvision up runs the startup hook, which may have just
+    # installed the shim (then the op exists and the check says "not needed")
+    if _TORCHVISION_LIB is not None:
+        return True
+    if not needed:
         return False
     lib = torch.library.Library('torchvision', 'DEF')
     how = ('this torchvision wheel was built for CUDA and its compiled ops '
@@ -147,12 +156,17 @@ def patch_torchvision() -> bool:
 
 
 def mmcv_has_compiled_ops() -> bool:
-    """True if ``mmcv.ops`` imports (a full mmcv build)."""
+    """True if ``mmcv.ops`` imports (a full mmcv build) and is not the
+    stand-in."""
     try:
-        importlib.import_module('mmcv.ops')
-        return True
+        ops = importlib.import_module('mmcv.ops')
     except ImportError:
         return False
+    return not _is_standin(ops)
+
+
+def _is_standin(module: Any) -> bool:
+    return getattr(module, '__mmseg_whitebox_shim__', False)
 
 
 _MMCV_OPS_HOW = ('mmcv-lite has no compiled ops; install the full mmcv '
@@ -212,12 +226,14 @@ def patch_mmcv_ops() -> bool:
     Returns True if installed, False if a compiled mmcv made it unneeded
     (or mmcv is not installed at all).
     """
-    existing = sys.modules.get('mmcv.ops')
-    if existing is not None and getattr(existing, '__mmseg_whitebox_shim__',
-                                        False):
+    if _is_standin(sys.modules.get('mmcv.ops')):
         return True
     if importlib.util.find_spec('mmcv') is None or mmcv_has_compiled_ops():
         return False
+    # importing mmcv.ops runs the startup hook, which may have just
+    # installed the stand-in
+    if _is_standin(sys.modules.get('mmcv.ops')):
+        return True
     import mmcv
     for key in [k for k in sys.modules
                 if k == 'mmcv.ops' or k.startswith('mmcv.ops.')]:
@@ -280,6 +296,10 @@ def load_from_local_weights_only(filename: str,
     filename = os.path.expanduser(filename)
     if not os.path.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
+    # an empty or non-checkpoint file gets its own message, not EOFError /
+    # "contains pickled Python objects"
+    from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
+    check_checkpoint_file(filename)
     try:
         checkpoint = torch.load(
             filename, map_location=map_location, weights_only=True)
@@ -308,12 +328,30 @@ def patch_checkpoint_loader() -> bool:
     return True
 
 
+#: every fix, ``name: function``, in the order :func:`apply` applies them
+#: (the startup hook, :mod:`mmseg_whitebox.startup`, applies each one on its
+#: own when what it fixes is imported)
+FIXES: Dict[str, str] = {
+    'torchvision_shim': 'patch_torchvision',
+    'mmcv_ops_shim': 'patch_mmcv_ops',
+    'weights_only_loader': 'patch_checkpoint_loader',
+}
+
+
+def apply_fix(name: str) -> bool:
+    """Apply the fix ``name`` (a key of :data:`FIXES`) if this environment
+    needs it; idempotent. Returns whether it is in effect (also recorded in
+    :data:`STATUS`)."""
+    STATUS[name] = globals()[FIXES[name]]()
+    return STATUS[name]
+
+
 def apply() -> Dict[str, Any]:
-    """Apply every fix this environment needs; safe to call repeatedly.
+    """Apply every fix this environment needs; safe to call repeatedly,
+    also after the startup hook applied some of them.
 
     Returns a dict ``{fix name: applied?}`` (also kept in :data:`STATUS`).
     """
-    STATUS['torchvision_shim'] = patch_torchvision()
-    STATUS['mmcv_ops_shim'] = patch_mmcv_ops()
-    STATUS['weights_only_loader'] = patch_checkpoint_loader()
+    for name in FIXES:
+        apply_fix(name)
     return dict(STATUS)

@@ -72,7 +72,9 @@ def load_config(args: argparse.Namespace) -> Config:
     """Read the config named by ``args.config`` and apply the common options.
 
     The work dir is chosen as in mmseg: ``--work-dir``, else the config's
-    ``work_dir``, else ``./work_dirs/<config name>``.
+    ``work_dir``, else ``./work_dirs/<config name>``. With a launcher other
+    than ``none`` the distributed set-up is prepared for this machine (see
+    :func:`mmseg_whitebox.utils.distributed.setup_distributed`).
     """
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(getattr(args, 'local_rank', 0))
@@ -84,6 +86,9 @@ def load_config(args: argparse.Namespace) -> Config:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     ensure_weights_only_checkpoints(cfg)
+    # after the config is complete: gloo and CPU processes without CUDA
+    from mmseg_whitebox.utils.distributed import setup_distributed
+    setup_distributed(cfg)
     return cfg
 
 

@@ -1,0 +1,191 @@
+"""Distributed runs on CPU: tools/dist_train.sh and tools/dist_test.sh with
+2 processes (gloo), as a user starts them, and the noise tool under
+torchrun. CUDA is hidden from the processes, so the runs take the CPU
+path on any machine. Marked ``distributed`` (deselect with
+``-m "not distributed"``)."""
+import glob
+import json
+import os
+import os.path as osp
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+
+from _helpers import (DEMO_SEGMENTER, REPO, run_tool, small_run_options)
+from mmseg_whitebox.utils.cli import ToolError
+from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
+                                              setup_distributed)
+
+pytestmark = [
+    pytest.mark.distributed,
+    pytest.mark.skipif(not (dist.is_available() and
+                            dist.is_gloo_available()),
+                       reason='torch.distributed with gloo not available'),
+]
+
+NPROC = 2
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (each run takes its own)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def run_script(args, timeout=240, check=True, **env):
+    """``bash tools/<script> ARGS`` from the repository root with this
+    interpreter as PYTHON and no GPU; on a timeout the whole process group
+    (torchrun and its workers) is killed."""
+    env = dict(os.environ, **dict(
+        dict(PYTHON=sys.executable, PYTHONUNBUFFERED='1',
+             CUDA_VISIBLE_DEVICES='', PORT=str(free_port())), **env))
+    proc = subprocess.Popen(['bash'] + args, cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f'{args} timed out:\n{out[-4000:]}')
+    if check and proc.returncode != 0:
+        raise AssertionError(f'{args} failed ({proc.returncode}):\n'
+                             f'{out[-6000:]}')
+    return proc.returncode, out
+
+
+def test_scripts_have_help_and_check_arguments():
+    for script, usage in (('dist_train.sh', 'CONFIG GPUS'),
+                          ('dist_test.sh', 'CONFIG CHECKPOINT GPUS')):
+        path = f'tools/{script}'
+        rc, out = run_script([path, '--help'])
+        assert rc == 0 and f'usage: {script} {usage}' in out
+        assert 'PYTHON' in out and 'gloo' in out
+        rc, out = run_script([path], check=False)
+        assert rc == 2 and f'{script}: error: expected CONFIG' in out
+        assert 'unbound variable' not in out
+    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, 'two'],
+                         check=False)
+    assert rc == 2 and "(a positive integer), got 'two'" in out
+    rc, out = run_script(['tools/dist_test.sh', DEMO_SEGMENTER, 'nope.pth',
+                          '2'], check=False)
+    assert rc == 2 and "checkpoint 'nope.pth' does not exist" in out
+    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, '2'],
+                         check=False, PYTHON='/nonexistent/python')
+    assert rc == 2 and 'no Python with torch found' in out
+
+
+def test_cpu_wrapper_keeps_config_settings_and_drops_device_ids():
+    cfg = Config(dict(model_wrapper_cfg=dict(
+        type='MMDistributedDataParallel', find_unused_parameters=True)))
+    wrapper = cpu_model_wrapper_cfg(cfg)
+    assert wrapper == dict(type='MMDistributedDataParallel',
+                           find_unused_parameters=True, device_ids=None)
+    default = cpu_model_wrapper_cfg(Config(dict(find_unused_parameters=True)))
+    assert default['device_ids'] is None
+    assert default['find_unused_parameters'] is True
+    # mmengine passes device ids to the DistributedDataParallel kinds only
+    separate = cpu_model_wrapper_cfg(Config(dict(model_wrapper_cfg=dict(
+        type='MMSeparateDistributedDataParallel'))))
+    assert separate['device_ids'] is None
+    other = cpu_model_wrapper_cfg(Config(dict(model_wrapper_cfg=dict(
+        type=torch.nn.Identity))))
+    assert 'device_ids' not in other
+
+
+def test_launcher_without_torchrun_environment_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr('torch.cuda.is_available', lambda: False)
+    for key in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(ToolError, match='tools/dist_train.sh'):
+        setup_distributed(Config(dict(launcher='pytorch')))
+    with pytest.raises(ToolError, match='--launcher slurm needs CUDA'):
+        setup_distributed(Config(dict(launcher='slurm')))
+    assert setup_distributed(Config(dict(launcher='none'))) is None
+
+
+def test_gpu_runs_are_left_to_mmengine(monkeypatch):
+    """With CUDA the config stays as it is (NCCL, mmengine's wrapper)."""
+    monkeypatch.setattr('torch.cuda.is_available', lambda: True)
+    cfg = Config(dict(launcher='pytorch',
+                      env_cfg=dict(dist_cfg=dict(backend='nccl'))))
+    before = cfg.to_dict()
+    assert setup_distributed(cfg) == 'nccl'
+    assert cfg.to_dict() == before and 'model_wrapper_cfg' not in cfg
+
+
+@pytest.fixture(scope='module')
+def dist_trained(tiny_ade, tmp_path_factory):
+    """tools/dist_train.sh, 2 CPU processes, 2 iterations."""
+    work_dir = str(tmp_path_factory.mktemp('dist_train'))
+    _, log = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, str(NPROC),
+                         '--work-dir', work_dir, '--cfg-options'] +
+                        small_run_options(tiny_ade, iters=2))
+    return dict(work_dir=work_dir, log=log, data_root=tiny_ade,
+                ckpt=osp.join(work_dir, 'iter_2.pth'))
+
+
+def test_dist_train_on_cpu(dist_trained):
+    log = dist_trained['log']
+    assert 'Distributed training: True' in log
+    assert "dist_cfg=dict(backend='gloo')" in log
+    assert 'Iter(train) [2/2]' in log
+    assert osp.isfile(dist_trained['ckpt'])
+    for error in ('_cuda_setDevice', 'only work with', 'Traceback'):
+        assert error not in log, log[-4000:]
+
+
+def _metrics(work_dir: str) -> dict:
+    found = glob.glob(osp.join(work_dir, '*', '*.json'))
+    assert len(found) == 1, found
+    with open(found[0]) as f:
+        return json.load(f)
+
+
+def test_dist_test_equals_one_process(dist_trained, tmp_path):
+    """3 validation images over 2 processes (one rank gets a padded copy):
+    the gathered metrics are those of one process."""
+    opts = small_run_options(dist_trained['data_root'], iters=2)
+    run_tool(['tools/test.py', DEMO_SEGMENTER, dist_trained['ckpt'],
+              '--work-dir', str(tmp_path / 'one'), '--cfg-options'] + opts)
+    _, log = run_script(['tools/dist_test.sh', DEMO_SEGMENTER,
+                         dist_trained['ckpt'], str(NPROC), '--work-dir',
+                         str(tmp_path / 'two'), '--cfg-options'] + opts)
+    assert "dist_cfg=dict(backend='gloo')" in log
+    one, two = _metrics(str(tmp_path / 'one')), _metrics(str(tmp_path / 'two'))
+    assert two['mIoU'] == one['mIoU']
+    assert two['aAcc'] == one['aAcc'] and two['mAcc'] == one['mAcc']
+
+
+def test_noise_tool_under_torchrun(dist_trained, tmp_path):
+    """tools/noise_robustness.py --launcher pytorch on 2 CPU processes."""
+    opts = small_run_options(dist_trained['data_root'], iters=2)
+    out = tmp_path / 'sweep'
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES='', PYTHONUNBUFFERED='1',
+               PYTHONPATH=REPO)
+    cmd = [sys.executable, '-m', 'torch.distributed.run',
+           f'--nproc_per_node={NPROC}', f'--master_port={free_port()}',
+           'tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt'],
+           '--sigmas', '0.1', '--seeds', '1', '--out', str(out),
+           '--work-dir', str(tmp_path / 'work'), '--launcher', 'pytorch',
+           '--cfg-options'] + opts
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        raise AssertionError(f'noise sweep timed out:\n{log[-4000:]}')
+    assert proc.returncode == 0, log[-6000:]
+    with open(out / 'results.json') as f:
+        results = json.load(f)
+    assert results['clean'] and results['points']

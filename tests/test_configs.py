@@ -30,6 +30,21 @@ def test_config_name_follows_mmseg(path):
     assert NAME.match(osp.basename(path)), path
 
 
+def largest_rep_grid(obj) -> tuple:
+    """The largest CBSA ``rep_grid`` anywhere in a model config (CBSA
+    refuses a token grid smaller than its representatives grid)."""
+    found = [(0, 0)]
+    if isinstance(obj, dict):
+        grid = obj.get('rep_grid')
+        if grid is not None:
+            found.append((grid, grid) if isinstance(grid, int) else
+                         tuple(grid))
+        found += [largest_rep_grid(v) for v in obj.values()]
+    elif isinstance(obj, (list, tuple)):
+        found += [largest_rep_grid(v) for v in obj]
+    return tuple(max(g[i] for g in found) for i in range(2))
+
+
 @pytest.mark.parametrize('path', CONFIGS)
 def test_config_builds_and_forwards(path):
     from mmseg.registry import MODELS
@@ -44,10 +59,12 @@ def test_config_builds_and_forwards(path):
     model.init_weights()
     model.eval()
     patch = cfg.model.backbone.get('patch_size', 16)
-    h, w = 4 * patch, 6 * patch  # a 4x6 token grid
+    # a non-square token grid, 4x6 or as large as CBSA's rep_grid needs
+    rh, rw = largest_rep_grid(cfg.model)
+    h, w = max(4, rh) * patch, max(6, rw + 2) * patch
     with torch.no_grad():
         out = model(torch.randn(1, 3, h, w), mode='tensor')
     num_classes = cfg.model.decode_head.num_classes
     assert out.shape[:2] == (1, num_classes)
-    assert out.shape[2] * 6 == out.shape[3] * 4
+    assert out.shape[2] * w == out.shape[3] * h
     assert torch.isfinite(out).all()

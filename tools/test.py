@@ -3,18 +3,32 @@
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR]
         [--show] [--show-dir DIR] [--tta] [--cfg-options k=v ...]
-        [--launcher pytorch]
+        [--launcher pytorch] [--allow-partial-checkpoint]
+        [--allow-nonfinite-weights]
+
+A checkpoint that does not fit the config (missing, unexpected or
+mis-shaped keys: another architecture or num_classes) or holds NaN/Inf
+weights is refused unless the matching --allow-* flag is given; images
+whose input or prediction is not finite are counted and reported.
 
 The metrics are logged and also written by mmengine to
 ``WORK_DIR/<timestamp>/<timestamp>.json``.
 """
 import argparse
 import os.path as osp
+import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
+                                                    CheckpointCheckHook,
+                                                    NonFiniteCounter,
+                                                    check_checkpoint_file)
 from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
                                       check_checkpoint, check_data_roots,
                                       load_config, run_tool)
+from mmseg_whitebox.utils.run_checks import (check_tta, check_work_dir,
+                                             num_classes_problem,
+                                             reported_errors)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -36,6 +50,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--wait-time', type=float, default=2, help='--show interval (s)')
     parser.add_argument(
         '--tta', action='store_true', help='test-time augmentation')
+    parser.add_argument(
+        '--allow-partial-checkpoint',
+        action='store_true',
+        help='load a checkpoint whose keys or shapes do not all match the '
+        'model (the rest keep their initialisation) instead of refusing it')
+    parser.add_argument(
+        '--allow-nonfinite-weights',
+        action='store_true',
+        help='evaluate a checkpoint with NaN/Inf weights instead of '
+        'refusing it')
     add_common_args(parser)
     return parser.parse_args(argv)
 
@@ -60,11 +84,17 @@ def enable_visualization(cfg, args) -> None:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     check_checkpoint(args.checkpoint)
+    try:
+        check_checkpoint_file(args.checkpoint)
+    except CheckpointError as exc:
+        raise ToolError(str(exc)) from exc
     cfg = load_config(args)
+    check_work_dir(cfg.work_dir)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
     if args.tta:
+        check_tta(cfg)
         cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
         cfg.tta_model.module = cfg.model
         cfg.model = cfg.tta_model
@@ -73,9 +103,23 @@ def main(argv=None) -> dict:
         cfg.test_evaluator['keep_results'] = True
     check_data_roots(cfg, ('test_dataloader', ))
 
+    warnings = [w for w in (num_classes_problem(cfg), ) if w]
+    for warning in warnings:
+        print(f'WARNING: {warning}', file=sys.stderr)
+
     from mmengine.runner import Runner
     runner = Runner.from_cfg(cfg)
-    return runner.test()
+    runner.register_hook(CheckpointCheckHook(
+        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
+        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+    counter = NonFiniteCounter()
+    runner.register_hook(counter)
+    with reported_errors(cfg):
+        metrics = runner.test()
+    warnings += [w for w in (counter.summary(), ) if w]
+    for warning in warnings:  # last, after mmengine's own output
+        print(f'WARNING: {warning}', file=sys.stderr)
+    return metrics
 
 
 if __name__ == '__main__':

@@ -5,10 +5,16 @@
 """
 import argparse
 import logging
+import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.checkpoint_checks import NonFiniteCounter
 from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
                                       check_data_roots, load_config, run_tool)
+from mmseg_whitebox.utils.run_checks import (check_param_schedulers,
+                                             check_work_dir,
+                                             num_classes_problem,
+                                             reported_errors)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,6 +55,11 @@ def main(argv=None) -> None:
 
     cfg.resume = args.resume
     check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
+    check_param_schedulers(cfg)
+    problem = num_classes_problem(cfg)
+    if problem:
+        raise ToolError(problem)
+    check_work_dir(cfg.work_dir)
 
     from mmengine.runner import Runner
     from mmseg.registry import RUNNERS
@@ -56,7 +67,12 @@ def main(argv=None) -> None:
         runner = RUNNERS.build(cfg)
     else:
         runner = Runner.from_cfg(cfg)
-    runner.train()
+    counter = NonFiniteCounter()
+    runner.register_hook(counter)
+    with reported_errors(cfg):
+        runner.train()
+    if counter.summary():  # of the last validation, repeated at the end
+        print(f'WARNING: {counter.summary()}', file=sys.stderr)
 
 
 if __name__ == '__main__':

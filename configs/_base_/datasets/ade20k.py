@@ -1,10 +1,15 @@
 # ADE20K (SceneParsing, 150 classes), 512x512 crops: the published pipeline.
+# CheckedSegDataset builds mmseg's `dataset_type` and checks the split
+# (not empty, images and labels in pairs); CheckSegSample checks each
+# label (one channel, its image's size, values in range). See
+# mmseg_whitebox/datasets/checks.py and the README's troubleshooting.
 dataset_type = 'ADE20KDataset'
 data_root = 'data/ade/ADEChallengeData2016'
 crop_size = (512, 512)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
         scale=(2048, 512),
@@ -20,6 +25,7 @@ test_pipeline = [
     dict(type='Resize', scale=(2048, 512), keep_ratio=True),
     # labels are loaded after Resize: metrics use the original resolution
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
 img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
@@ -35,7 +41,8 @@ tta_pipeline = [
             [
                 dict(type='RandomFlip', prob=0., direction='horizontal'),
                 dict(type='RandomFlip', prob=1., direction='horizontal')
-            ], [dict(type='LoadAnnotations')], [dict(type='PackSegInputs')]
+            ], [dict(type='LoadAnnotations')],
+            [dict(type='CheckSegSample')], [dict(type='PackSegInputs')]
         ])
 ]
 train_dataloader = dict(
@@ -44,7 +51,8 @@ train_dataloader = dict(
     persistent_workers=True,
     sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(
-        type=dataset_type,
+        type='CheckedSegDataset',
+        dataset_type=dataset_type,
         data_root=data_root,
         data_prefix=dict(
             img_path='images/training', seg_map_path='annotations/training'),
@@ -55,7 +63,8 @@ val_dataloader = dict(
     persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(
-        type=dataset_type,
+        type='CheckedSegDataset',
+        dataset_type=dataset_type,
         data_root=data_root,
         data_prefix=dict(
             img_path='images/validation',

@@ -4,6 +4,7 @@ crop_size = (640, 640)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
         scale=(2560, 640),
@@ -18,6 +19,7 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=(2560, 640), keep_ratio=True),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))

@@ -1,10 +1,15 @@
 # Cityscapes (19 classes), 768x768 crops from 2048x1024 images.
+# CheckedSegDataset builds mmseg's `dataset_type` and checks the split
+# (not empty, images and labels in pairs); CheckSegSample checks each
+# label (one channel, its image's size, values in range). See
+# mmseg_whitebox/datasets/checks.py and the README's troubleshooting.
 dataset_type = 'CityscapesDataset'
 data_root = 'data/cityscapes/'
 crop_size = (768, 768)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),
+    dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
         scale=(2049, 1025),
@@ -19,6 +24,7 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=(2049, 1025), keep_ratio=True),
     dict(type='LoadAnnotations'),
+    dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(
@@ -27,7 +33,8 @@ train_dataloader = dict(
     persistent_workers=True,
     sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(
-        type=dataset_type,
+        type='CheckedSegDataset',
+        dataset_type=dataset_type,
         data_root=data_root,
         data_prefix=dict(
             img_path='leftImg8bit/train', seg_map_path='gtFine/train'),
@@ -38,7 +45,8 @@ val_dataloader = dict(
     persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(
-        type=dataset_type,
+        type='CheckedSegDataset',
+        dataset_type=dataset_type,
         data_root=data_root,
         data_prefix=dict(
             img_path='leftImg8bit/val', seg_map_path='gtFine/val'),

@@ -1,4 +1,8 @@
 # Pascal Context, 59 classes (background ignored), 480x480 crops.
+# CheckedSegDataset builds mmseg's `dataset_type` and checks the split
+# (not empty, images and labels in pairs); CheckSegSample checks each
+# label (one channel, its image's size, values in range). See
+# mmseg_whitebox/datasets/checks.py and the README's troubleshooting.
 dataset_type = 'PascalContextDataset59'
 data_root = 'data/VOCdevkit/VOC2010/'
 img_scale = (520, 520)
@@ -6,6 +10,7 @@ crop_size = (480, 480)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
         scale=img_scale,
@@ -20,6 +25,7 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=img_scale, keep_ratio=True),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(
@@ -28,7 +34,8 @@ train_dataloader = dict(
     persistent_workers=True,
     sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(
-        type=dataset_type,
+        type='CheckedSegDataset',
+        dataset_type=dataset_type,
         data_root=data_root,
         data_prefix=dict(
             img_path='JPEGImages', seg_map_path='SegmentationClassContext'),
@@ -40,7 +47,8 @@ val_dataloader = dict(
     persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(
-        type=dataset_type,
+        type='CheckedSegDataset',
+        dataset_type=dataset_type,
         data_root=data_root,
         data_prefix=dict(
             img_path='JPEGImages', seg_map_path='SegmentationClassContext'),

@@ -10,6 +10,7 @@ crop_size = (128, 128)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
         scale=(256, 128),
@@ -25,6 +26,7 @@ test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=(256, 128), keep_ratio=True),
     dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(

@@ -1,9 +1,12 @@
 # A short CPU schedule for the synthetic demo data. The demo encoder is
 # trained from scratch, which SGD does poorly in a few hundred iterations,
 # so this uses AdamW with a linear warm-up and polynomial decay.
-# Validation and the checkpoint happen at the end. To change the length, set
-# train_cfg.max_iters, train_cfg.val_interval and param_scheduler.1.end
-# (e.g. with --cfg-options).
+# Validation and the checkpoint happen at the end. To change the length to N
+# iterations, set train_cfg.max_iters=N, train_cfg.val_interval=N,
+# default_hooks.checkpoint.interval=N and param_scheduler.1.end=N (e.g. with
+# --cfg-options); for N <= 50 also move the warm-up end, e.g. N=20:
+# param_scheduler.0.end=5 param_scheduler.1.begin=5 (tools/train.py checks
+# that every scheduler ends after it begins).
 optimizer = dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01)
 optim_wrapper = dict(type='OptimWrapper', optimizer=optimizer, clip_grad=None)
 param_scheduler = [

@@ -1,0 +1,320 @@
+"""Checks that keep a wrong checkpoint from becoming wrong numbers.
+
+mmengine loads checkpoints with ``strict=False`` and only logs missing,
+unexpected and mis-shaped keys: a checkpoint of another architecture or
+another ``num_classes`` then evaluates to a meaningless mIoU, and NaN/Inf
+weights to "every pixel one class". Here such a load is an error that names
+the keys and the fix, unless partial loading is asked for explicitly:
+
+* :func:`check_checkpoint_file`: empty files and files that are not torch
+  checkpoints at all (a text/HTML file) get their own message;
+* :func:`check_state_dict`: missing/unexpected/size-mismatched keys and
+  non-finite weights;
+* :class:`CheckpointCheckHook`: the same at a Runner's checkpoint load
+  (``tools/test.py``, ``tools/noise_robustness.py``);
+* :func:`load_checkpoint` / :func:`init_model`: the checked counterparts of
+  mmengine's ``load_checkpoint`` and mmseg's ``init_model``;
+* :class:`NonFiniteCounter`: counts non-finite inputs and predictions
+  during evaluation and says so loudly.
+"""
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmseg.registry import HOOKS
+
+#: how many keys an error message lists
+SHOWN = 5
+#: the first bytes of the two formats ``torch.save`` writes
+_ZIP_MAGIC = b'PK\x03\x04'
+_PICKLE_PROTO = b'\x80'
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that would load wrongly or not at all."""
+
+
+class CheckpointFileError(CheckpointError):
+    """The file is not a readable torch checkpoint."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint's keys or shapes do not match the model."""
+
+
+class NonFiniteWeightsError(CheckpointError):
+    """The checkpoint holds NaN/Inf weights."""
+
+
+def check_checkpoint_file(filename: str) -> None:
+    """Refuse an empty file or one that is not a torch checkpoint with a
+    message that says so (torch says ``EOFError`` / ``invalid load key``).
+    Local files only; a missing file is left to the caller."""
+    if '://' in filename or not os.path.isfile(filename):
+        return
+    size = os.path.getsize(filename)
+    if size == 0:
+        raise CheckpointFileError(
+            f'checkpoint {filename!r} is empty (0 bytes): the save or the '
+            'download was interrupted. Use another checkpoint (e.g. an '
+            'earlier iter_*.pth in the work dir) or download it again')
+    with open(filename, 'rb') as f:
+        head = f.read(64)
+    if head.startswith(_ZIP_MAGIC) and zipfile.is_zipfile(filename):
+        return
+    if head.startswith(_PICKLE_PROTO):
+        return  # the legacy (non-zip) torch format
+    text = head.decode('utf-8', errors='replace')
+    looks = ('an HTML page (a failed or redirected download?)'
+             if re.search(r'<(!doctype|html|\?xml)', text, re.I) else
+             'a text file' if head.isascii() else 'another kind of file')
+    raise CheckpointFileError(
+        f'{filename!r} is not a PyTorch checkpoint: it starts with '
+        f'{head[:24]!r}, {looks}. Pass the .pth file that tools/train.py '
+        'wrote (WORK_DIR/iter_*.pth) or download the checkpoint again')
+
+
+def state_dict_of(checkpoint: Mapping[str, Any]) -> Dict[str, Any]:
+    """The weights of a loaded checkpoint, with mmengine's default key
+    revision (a leading ``module.`` removed)."""
+    state = checkpoint.get('state_dict', checkpoint)
+    return {re.sub(r'^module\.', '', k): v for k, v in state.items()}
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model the weights go into: mmengine's ``load_state_dict`` loads
+    into ``.module`` of DDP-like wrappers and of TTA models."""
+    from mmengine.model import BaseTTAModel, is_model_wrapper
+    while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
+        model = model.module
+    return model
+
+
+def compare_state_dict(
+        model: torch.nn.Module, state_dict: Mapping[str, Any]
+) -> Tuple[List[str], List[str], List[Tuple[str, tuple, tuple]]]:
+    """``(missing, unexpected, mismatched)`` keys of ``state_dict`` for
+    ``model``; mismatched as ``(key, checkpoint shape, model shape)``."""
+    own = _unwrap(model).state_dict()
+    # BatchNorm's step counter is absent from old checkpoints, harmlessly
+    missing = [k for k in own if k not in state_dict
+               and not k.endswith('num_batches_tracked')]
+    unexpected = [k for k in state_dict if k not in own]
+    mismatched = [(k, tuple(v.shape), tuple(own[k].shape))
+                  for k, v in state_dict.items()
+                  if k in own and isinstance(v, torch.Tensor)
+                  and tuple(v.shape) != tuple(own[k].shape)]
+    return missing, unexpected, mismatched
+
+
+def nonfinite_weights(state_dict: Mapping[str, Any]
+                      ) -> List[Tuple[str, int, int]]:
+    """``(key, non-finite count, numel)`` of floating tensors with NaN/Inf."""
+    bad = []
+    for key, value in state_dict.items():
+        if (isinstance(value, torch.Tensor) and value.is_floating_point()
+                and not bool(torch.isfinite(value).all())):
+            count = int((~torch.isfinite(value)).sum())
+            bad.append((key, count, value.numel()))
+    return bad
+
+
+def _keys(items: List[str]) -> str:
+    more = f', ... ({len(items)} in all)' if len(items) > SHOWN else ''
+    return ', '.join(items[:SHOWN]) + more
+
+
+def check_state_dict(model: torch.nn.Module,
+                     state_dict: Mapping[str, Any],
+                     source: str = 'the checkpoint',
+                     allow_partial: bool = False,
+                     allow_nonfinite: bool = False,
+                     partial_flag: str = 'allow_partial=True',
+                     nonfinite_flag: str = 'allow_nonfinite=True') -> None:
+    """Raise unless ``state_dict`` fits ``model`` exactly and is finite.
+
+    With ``allow_partial``/``allow_nonfinite`` the problem is logged as a
+    warning instead. ``*_flag`` name the override in the message (the
+    tools name their command-line flags).
+    """
+    missing, unexpected, mismatched = compare_state_dict(model, state_dict)
+    if missing or unexpected or mismatched:
+        parts = []
+        if mismatched:
+            parts.append(f'{len(mismatched)} with another shape (' + _keys(
+                [f'{k}: checkpoint {tuple(a)} vs model {tuple(b)}'
+                 for k, a, b in mismatched]) + ')')
+        if missing:
+            parts.append(f'{len(missing)} missing from the checkpoint ('
+                         + _keys(missing) + ')')
+        if unexpected:
+            parts.append(f'{len(unexpected)} not in the model ('
+                         + _keys(unexpected) + ')')
+        message = (
+            f'{source} does not fit the model: ' + '; '.join(parts) +
+            '. It was probably trained with another architecture or another '
+            'num_classes, and evaluating it would report meaningless '
+            'numbers. Use the config it was trained with, or pass '
+            f'{partial_flag} to load the matching weights anyway (the rest '
+            'keep their initialisation)')
+        if not allow_partial:
+            raise CheckpointMismatchError(message)
+        print_log('partial checkpoint load (allowed): ' + message,
+                  logger='current', level=30)
+    bad = nonfinite_weights(state_dict)
+    if bad:
+        total = sum(v.numel() for v in state_dict.values()
+                    if isinstance(v, torch.Tensor))
+        listed = _keys([f'{k} ({n} of {size})' for k, n, size in bad])
+        message = (
+            f'{source} has non-finite (NaN/Inf) weights in {len(bad)} '
+            f'tensor(s) ({sum(n for _, n, _ in bad)} of {total} values): '
+            f'{listed}. Its predictions would be NaN (argmax: one class '
+            'everywhere) and the metrics meaningless; the training probably '
+            'diverged (lower the learning rate, clip gradients). Use an '
+            f'earlier checkpoint, or pass {nonfinite_flag} to evaluate it '
+            'anyway')
+        if not allow_nonfinite:
+            raise NonFiniteWeightsError(message)
+        print_log('non-finite weights (allowed): ' + message,
+                  logger='current', level=30)
+
+
+@HOOKS.register_module()
+class CheckpointCheckHook(Hook):
+    """:func:`check_state_dict` on every checkpoint a Runner loads (for
+    evaluation: fine-tuning from a partial checkpoint is a training
+    matter, so the training tool does not add it)."""
+
+    priority = 'LOWEST'  # after hooks that rewrite the checkpoint (EMA)
+
+    def __init__(self, allow_partial: bool = False,
+                 allow_nonfinite: bool = False,
+                 partial_flag: str = 'allow_partial=True',
+                 nonfinite_flag: str = 'allow_nonfinite=True') -> None:
+        self.allow_partial = allow_partial
+        self.allow_nonfinite = allow_nonfinite
+        self.partial_flag = partial_flag
+        self.nonfinite_flag = nonfinite_flag
+
+    def after_load_checkpoint(self, runner: Any, checkpoint: dict) -> None:
+        model = runner.model
+        source = f'checkpoint {runner.cfg.get("load_from")!r}'
+        check_state_dict(model, state_dict_of(checkpoint), source,
+                         self.allow_partial, self.allow_nonfinite,
+                         self.partial_flag, self.nonfinite_flag)
+
+
+def load_checkpoint(model: torch.nn.Module, filename: str,
+                    map_location: Any = 'cpu',
+                    allow_partial: bool = False,
+                    allow_nonfinite: bool = False) -> dict:
+    """mmengine's ``load_checkpoint`` that refuses what would give wrong
+    numbers (see :func:`check_state_dict`); returns the checkpoint and sets
+    ``model.dataset_meta`` from it when it has one."""
+    from mmengine.runner.checkpoint import _load_checkpoint, load_state_dict
+    check_checkpoint_file(filename)
+    checkpoint = _load_checkpoint(filename, map_location=map_location)
+    state = state_dict_of(checkpoint)
+    check_state_dict(model, state, f'checkpoint {filename!r}',
+                     allow_partial, allow_nonfinite)
+    load_state_dict(model, state, strict=False)
+    meta = checkpoint.get('meta', {}) if isinstance(checkpoint, dict) else {}
+    if 'dataset_meta' in meta:
+        model.dataset_meta = meta['dataset_meta']
+    return checkpoint
+
+
+def init_model(config: Any, checkpoint: Optional[str] = None,
+               device: str = 'cpu', cfg_options: Optional[dict] = None,
+               allow_partial: bool = False,
+               allow_nonfinite: bool = False) -> torch.nn.Module:
+    """mmseg's ``init_model`` with the checkpoint loaded by
+    :func:`load_checkpoint`: a checkpoint that does not fit the config is
+    an error, not a log line."""
+    from mmseg.apis import init_model as mmseg_init_model
+    model = mmseg_init_model(config, None, device=device,
+                             cfg_options=cfg_options)
+    if checkpoint is not None:
+        load_checkpoint(model, checkpoint, allow_partial=allow_partial,
+                        allow_nonfinite=allow_nonfinite)
+    return model
+
+
+def _nonfinite(t: Any) -> bool:
+    return (isinstance(t, torch.Tensor) and t.is_floating_point()
+            and not bool(torch.isfinite(t).all()))
+
+
+@HOOKS.register_module()
+class NonFiniteCounter(Hook):
+    """Counts test/val images whose input or predicted logits hold NaN/Inf
+    (their argmax, and so the metrics, mean nothing); warns after each
+    evaluation and keeps :meth:`summary` for the tool's final report."""
+
+    def __init__(self) -> None:
+        self.images = 0
+        self.bad_inputs: List[str] = []
+        self.bad_predictions: List[str] = []
+
+    def _reset(self) -> None:
+        self.images, self.bad_inputs, self.bad_predictions = 0, [], []
+
+    def before_test_epoch(self, runner: Any) -> None:
+        self._reset()
+
+    def before_val_epoch(self, runner: Any) -> None:
+        self._reset()
+
+    def _count(self, data_batch: Any, outputs: Any) -> None:
+        inputs = (data_batch or {}).get('inputs', []) if isinstance(
+            data_batch, dict) else []
+        for i, sample in enumerate(outputs or []):
+            self.images += 1
+            name = sample.metainfo.get('img_path', f'image {self.images}')
+            logits = sample.get('seg_logits', None)
+            if i < len(inputs) and _nonfinite(inputs[i]):
+                self.bad_inputs.append(name)
+            if logits is not None and _nonfinite(logits.data):
+                self.bad_predictions.append(name)
+
+    def after_test_iter(self, runner: Any, batch_idx: int,
+                        data_batch: Any = None, outputs: Any = None) -> None:
+        self._count(data_batch, outputs)
+
+    def after_val_iter(self, runner: Any, batch_idx: int,
+                       data_batch: Any = None, outputs: Any = None) -> None:
+        self._count(data_batch, outputs)
+
+    def summary(self) -> Optional[str]:
+        """One warning line, or None when everything was finite."""
+        parts = []
+        for what, names in (('inputs', self.bad_inputs),
+                            ('predictions', self.bad_predictions)):
+            if names:
+                shown = ', '.join(names[:3]) + (' ...' if len(names) > 3
+                                                else '')
+                parts.append(f'{len(names)} of {self.images} images have '
+                             f'non-finite (NaN/Inf) {what} ({shown})')
+        if not parts:
+            return None
+        return ('; '.join(parts) + ': their predictions are meaningless and '
+                'so are the metrics. Check the input files and the '
+                'checkpoint (non-finite weights, a diverged training)')
+
+    def _warn(self, runner: Any, metrics: Any = None) -> None:
+        text = self.summary()
+        if text:
+            print_log('WARNING: ' + text, logger='current', level=30)
+
+    def after_test_epoch(self, runner: Any, metrics: Any = None) -> None:
+        self._warn(runner)
+
+    def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
+        self._warn(runner)

@@ -5,6 +5,8 @@
         [--target decoder-attention|decoder|encoder-attention|REGEX] \
         [--layers each|0 1 ...] [--mode absolute|relative] [--out DIR] \
         [--resume] [--no-ablation] [--compare DIR ...] \
+        [--groups [GROUP ...]] [--subspace-angles [--angle-images N]] \
+        [--max-heads N | --no-shared-encoder] \
         [--cfg-options k=v ...] [--work-dir DIR] [--launcher pytorch]
 
 For every sigma, each of --seeds noise draws adds N(0, sigma^2) noise
@@ -16,6 +18,27 @@ clean model and the model with the selected attention layers removed
 layer changes the residual stream. Results are saved as each draw finishes
 (OUT/results.{json,csv}, OUT/attention_usage.{json,csv}); --resume skips
 what is done. OUT/robustness.png plots mIoU against sigma.
+
+Summary metrics (OUT/summary.csv, results.json "summary", the printout):
+the 95% t-confidence interval over draws at every sigma, retention
+mIoU/clean, attention retention (mIoU - removed)/(clean - removed), the
+normalised area under the mIoU-vs-log10(sigma) curve, and sigma_50 (where
+mIoU falls to half of clean). --groups adds the same sweep with noise on
+one parameter group at a time (bases U, step sizes, output projection,
+biases; q/k/v for mmcv attention); --subspace-angles measures, per subspace
+layer and sigma, the principal angles between span(U_k) and
+span(U_k + noise) and the relative change of the attention update
+(OUT/subspace_angles.{json,csv}). Compare sweeps with
+tools/analysis_tools/compare_robustness.py.
+
+Shared encoder: when every perturbed parameter lies in the decode head
+(decoder-attention, decoder, or a regex matching only head parameters),
+the noise draws are evaluated --max-heads at a time (default 8) in one
+pass over the data: the encoder runs once per image (per window in slide
+mode) and every perturbed copy of the head runs on its features, with the
+same results as one draw at a time (the model's weights are not touched).
+Otherwise, or with --no-shared-encoder, one draw at a time (with a
+message).
 """
 import argparse
 import os.path as osp
@@ -27,11 +50,21 @@ from mmseg_whitebox.robustness import (NAMED_TARGETS, PAPER_SIGMAS,
                                        RunnerEvaluation, attention_unused,
                                        build_test_runner,
                                        check_sweep_settings, select_layers)
+from mmseg_whitebox.robustness.groups import GROUPS, group_selections
 from mmseg_whitebox.robustness.perturbation import MODES
 from mmseg_whitebox.robustness.plotting import (load_results,
                                                 plot_robustness,
                                                 result_label)
+from mmseg_whitebox.robustness.subspaces import (missing_sigmas,
+                                                 subspace_change,
+                                                 subspace_sites,
+                                                 take_batches)
+from mmseg_whitebox.robustness.summary import (fmt, markdown_table,
+                                               summarize_results,
+                                               summary_rows)
+from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
 from mmseg_whitebox.utils.cli import ToolError, add_common_args, run_tool
+from mmseg_whitebox.utils.run_checks import reported_errors
 
 
 def layer_index(value: str):
@@ -80,8 +113,37 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='skip the attention-removed reference')
     p.add_argument('--compare', nargs='+', default=[],
                    help='other sweep folders to overlay in robustness.png')
+    p.add_argument('--groups', nargs='*', choices=GROUPS, metavar='GROUP',
+                   help='also sweep each parameter group of the attention '
+                   'layers alone (all groups the head has, or those named: '
+                   + ', '.join(GROUPS) + ')')
+    p.add_argument('--subspace-angles', action='store_true',
+                   help='measure, per subspace attention layer and sigma, '
+                   'the principal angles between span(U_k) and '
+                   'span(U_k + noise) and the relative change of the '
+                   'attention update (CBSA, MSSA, TSSA heads)')
+    p.add_argument('--angle-images', type=int, default=4,
+                   help='test images the update change is measured on '
+                   '(default 4)')
+    p.add_argument('--max-heads', type=int, default=8,
+                   help='perturbed copies of the decode head evaluated '
+                   'together in one pass over the data (shared-encoder '
+                   'sweep; default 8; bounds the memory)')
+    p.add_argument('--no-shared-encoder', action='store_true',
+                   help='evaluate one noise draw at a time, encoder '
+                   'included, even for decode-head noise')
+    p.add_argument('--allow-partial-checkpoint', action='store_true',
+                   help='load a checkpoint whose keys or shapes do not all '
+                   'match the model instead of refusing it')
+    p.add_argument('--allow-nonfinite-weights', action='store_true',
+                   help='sweep a checkpoint with NaN/Inf weights instead of '
+                   'refusing it')
     add_common_args(p)
     args = p.parse_args(argv)
+    if args.angle_images < 1:
+        p.error('--angle-images must be >= 1')
+    if args.max_heads < 1:
+        p.error('--max-heads must be >= 1')
     if args.layers and 'each' in args.layers:
         if args.layers != ['each']:
             p.error('--layers: "each" or layer indices, not both')
@@ -94,20 +156,38 @@ def print_summary(data, label: str) -> None:
     print(f'\n== {label}: mIoU under {data["setup"]["mode"]} parameter '
           'noise')
     print(f'clean: mIoU {clean["mIoU"]:.2f}')
+    shown = set()  # parameter groups share their layers' ablation
     for sel, abl in data['ablation'].items():
+        if tuple(abl.get('sites', [sel])) in shown:
+            continue
+        shown.add(tuple(abl.get('sites', [sel])))
         value = abl['metrics']['mIoU']
         verdict = ('attention unused: robustness is not informative'
                    if attention_unused(clean['mIoU'], value) else
                    'attention is used')
         print(f'{sel} removed: mIoU {value:.2f} ({value - clean["mIoU"]:+.2f}'
               f'; {verdict})')
-    print(f'{"selection":<26}{"sigma":>9}{"mean":>8}{"std":>7}{"min":>8}'
-          f'{"max":>8}{"non-finite":>12}')
-    for p in sorted(data['points'], key=lambda p: (p['selection'],
-                                                   p['sigma'])):
-        print(f'{p["selection"]:<26}{p["sigma"]:>9g}{p["mIoU_mean"]:>8.2f}'
-              f'{p["mIoU_std"]:>7.2f}{p["mIoU_min"]:>8.2f}'
-              f'{p["mIoU_max"]:>8.2f}{p["nonfinite_fraction"]:>12.2%}')
+    summaries = summarize_results(data)
+    width = max([26] + [len(s) + 2 for s in summaries])
+    print(f'{"selection":<{width}}{"sigma":>9}{"mean":>8}{"95% CI":>8}'
+          f'{"min":>8}{"max":>8}{"retain":>8}{"att.ret":>8}'
+          f'{"non-finite":>12}')
+    stored = {(p['selection'], p['sigma']): p for p in data['points']}
+    for sel, summary in summaries.items():
+        for q in summary['points']:
+            p = stored[sel, q['sigma']]
+            ci = '-' if q['ci95'] is None else f'+-{q["ci95"]:.2f}'
+            print(f'{sel:<{width}}{q["sigma"]:>9g}{q["mean"]:>8.2f}'
+                  f'{ci:>8}{p["mIoU_min"]:>8.2f}{p["mIoU_max"]:>8.2f}'
+                  f'{fmt(q["retention"]):>8}'
+                  f'{fmt(q["attention_retention"]):>8}'
+                  f'{p["nonfinite_fraction"]:>12.2%}')
+    print('\nsummary (AUC: area under mIoU over log10 sigma / (range x '
+          'clean); sigma_50: mIoU at half of clean; per sigma: mean +- 95% '
+          'CI (retention / attention retention)):')
+    print(markdown_table(summary_rows(
+        summaries, label=label,
+        num_parameters=data['setup'].get('num_parameters'))))
     if data['attention_usage']:
         print('attention usage, ||update|| / ||residual stream|| '
               '(clean evaluation):')
@@ -115,6 +195,32 @@ def print_summary(data, label: str) -> None:
             print(f'  [{row["layer"]}] {row["site"]:<40} mean '
                   f'{row["ratio_mean"]:.4f} (min {row["ratio_min"]:.4f}, '
                   f'max {row["ratio_max"]:.4f})')
+    if data.get('subspace_angles'):
+        print('subspace change under noise (principal angles between '
+              'span(U_k) and span(U_k + noise), degrees; relative change of '
+              'the attention update, isolated / propagated):')
+        for r in data['subspace_angles']:
+            print(f'  {r["selection"]} [{r["layer"]}] {r["site"]:<34} sigma '
+                  f'{r["sigma"]:<7g} angle mean {r["angle_mean_deg"]:7.3f} '
+                  f'max {r["angle_max_deg"]:7.3f}  update change '
+                  f'{r["update_change_isolated"]:.4f} / '
+                  f'{r["update_change_propagated"]:.4f}')
+
+
+def measure_subspaces(evaluation, selections, store, args) -> None:
+    """--subspace-angles: the rows not measured yet, saved per selection."""
+    batches = take_batches(evaluation.runner.test_dataloader,
+                           args.angle_images)
+    done = store.data.get('subspace_angles', [])
+    for sel in selections:
+        sigmas = missing_sigmas(done, sel.label, args.sigmas)
+        if not subspace_sites(sel) or not sigmas:
+            continue
+        print(f'subspace angles: {sel.label}, {len(sigmas)} sigmas x '
+              f'{args.seeds} draws on {args.angle_images} images')
+        store.add_subspace_rows(subspace_change(
+            evaluation.model, sel, sigmas, batches, args.seeds, args.mode,
+            args.seed))
 
 
 def main(argv=None):
@@ -137,12 +243,24 @@ def main(argv=None):
     runner = build_test_runner(args.config, args.checkpoint,
                                args.cfg_options, args.work_dir,
                                args.launcher)
-    evaluation = RunnerEvaluation(runner)
+    runner.register_hook(CheckpointCheckHook(
+        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
+        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+    with reported_errors(runner.cfg):
+        evaluation = RunnerEvaluation(runner)
     try:
-        selections = select_layers(evaluation.model, args.target,
-                                   args.layers)
+        bases = select_layers(evaluation.model, args.target, args.layers)
+        selections = list(bases)
+        if args.groups is not None:
+            selections = [g for sel in bases for g in [sel] +
+                          group_selections(sel, args.groups or None)]
     except ValueError as exc:
         raise ToolError(str(exc)) from exc
+    if args.subspace_angles and not any(subspace_sites(s) for s in bases):
+        raise ToolError(
+            '--subspace-angles needs subspace attention layers (CBSA, MSSA, '
+            'TSSA) among the perturbed ones; perturbed layers: ' +
+            (', '.join(st.name for s in bases for st in s.sites) or 'none'))
 
     from mmengine.dist import is_main_process
     from mmengine.utils import ProgressBar
@@ -160,9 +278,18 @@ def main(argv=None):
                             resume=args.resume)
     except (FileExistsError, ValueError) as exc:
         raise ToolError(str(exc)) from exc
+    if args.subspace_angles:
+        measure_subspaces(evaluation, bases, store, args)
     sweep = NoiseSweep(evaluation.model, evaluation, selections,
                        args.sigmas, args.seeds, args.mode, args.seed, store,
-                       ablation=not args.no_ablation)
+                       ablation=not args.no_ablation,
+                       shared=None if args.no_shared_encoder else
+                       evaluation.shared_encoder(args.max_heads),
+                       log=(lambda msg: print('\n' + msg)) if main_process
+                       else (lambda msg: None))
+    if args.no_shared_encoder and main_process:
+        print('shared-encoder sweep off (--no-shared-encoder): evaluating '
+              'one noise setting at a time')
     if main_process:
         bar = ProgressBar(sweep.num_evaluations)
         sweep.on_progress = lambda status: bar.update()

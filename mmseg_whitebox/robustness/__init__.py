@@ -1,19 +1,28 @@
 """Parameter-perturbation robustness: noise sweeps over attention weights,
-with the clean and attention-ablated references that make them honest."""
+with the clean and attention-ablated references that make them honest,
+summary metrics, parameter groups and subspace diagnostics."""
+from .compare import compare_sweeps
 from .evaluation import (LoopEvaluation, NonFiniteCounter, RunnerEvaluation,
                          build_test_runner)
+from .groups import GROUPS, group_selections, parameter_groups
 from .perturbation import ParameterNoise
 from .selection import (NAMED_TARGETS, Selection, select_layers,
                         select_parameters)
 from .sites import (AttentionAblation, AttentionSite, AttentionUsage,
                     find_attention_sites)
-from .sweep import (PAPER_SIGMAS, NoiseSweep, ResultStore, attention_unused,
+from .subspaces import principal_angles, subspace_change
+from .summary import (attention_unused, mean_ci, normalized_auc,
+                      sigma_at_fraction, summarize_results)
+from .sweep import (PAPER_SIGMAS, NoiseSweep, ResultStore,
                     check_sweep_settings)
 
 __all__ = [
-    'AttentionAblation', 'AttentionSite', 'AttentionUsage', 'LoopEvaluation',
-    'NAMED_TARGETS', 'NoiseSweep', 'NonFiniteCounter', 'PAPER_SIGMAS',
-    'ParameterNoise', 'ResultStore', 'RunnerEvaluation', 'Selection',
-    'attention_unused', 'build_test_runner', 'check_sweep_settings',
-    'find_attention_sites', 'select_layers', 'select_parameters'
+    'AttentionAblation', 'AttentionSite', 'AttentionUsage', 'GROUPS',
+    'LoopEvaluation', 'NAMED_TARGETS', 'NoiseSweep', 'NonFiniteCounter',
+    'PAPER_SIGMAS', 'ParameterNoise', 'ResultStore', 'RunnerEvaluation',
+    'Selection', 'attention_unused', 'build_test_runner',
+    'check_sweep_settings', 'compare_sweeps', 'find_attention_sites',
+    'group_selections', 'mean_ci', 'normalized_auc', 'parameter_groups',
+    'principal_angles', 'select_layers', 'select_parameters',
+    'sigma_at_fraction', 'subspace_change', 'summarize_results'
 ]

@@ -38,6 +38,16 @@ def quiet_logging(level: int = logging.WARNING) -> Iterator[None]:
             h.setLevel(lvl)
 
 
+def count_nonfinite(data: torch.Tensor) -> int:
+    """Non-finite values in ``data``. A finite sum means none (a NaN or
+    Inf anywhere makes the sum non-finite), which one cheap reduction
+    shows for the usual, all-finite logits; only otherwise are they
+    counted one by one."""
+    if data.is_floating_point() and bool(torch.isfinite(data.sum())):
+        return 0
+    return int((~torch.isfinite(data)).sum())
+
+
 class NonFiniteCounter:
     """Counts non-finite values in the segmentation logits a model
     predicts (a forward hook on the segmentor), so that predictions that
@@ -57,7 +67,7 @@ class NonFiniteCounter:
             if logits is None:
                 continue
             data = logits.data
-            self.nonfinite += int((~torch.isfinite(data)).sum())
+            self.nonfinite += count_nonfinite(data)
             self.total += data.numel()
 
     def __enter__(self) -> 'NonFiniteCounter':
@@ -120,6 +130,17 @@ class RunnerEvaluation:
             metrics = self.runner.test_loop.run()
         return {k: float(v) for k, v in metrics.items()}
 
+    def shared_encoder(self, max_heads: int = 8) -> Any:
+        """A :class:`~.shared_encoder.SharedEncoderEvaluation` on the
+        runner's test dataloader and evaluator: decode-head noise settings
+        evaluated ``max_heads`` at a time with one encoder pass."""
+        from .shared_encoder import SharedEncoderEvaluation
+        loop = self.runner.test_loop
+        return SharedEncoderEvaluation(self.model, loop.dataloader,
+                                       loop.evaluator, max_heads,
+                                       fp16=getattr(loop, 'fp16', False),
+                                       quiet=self.quiet)
+
     def close(self) -> None:
         self.runner.call_hook('after_run')
 
@@ -148,3 +169,11 @@ class LoopEvaluation:
                                        data_batch=batch)
         metrics = self.evaluator.evaluate(len(self.dataloader.dataset))
         return {k: float(v) for k, v in metrics.items()}
+
+    def shared_encoder(self, max_heads: int = 8) -> Any:
+        """As :meth:`RunnerEvaluation.shared_encoder`, on this loop's
+        model, dataloader and evaluator."""
+        from .shared_encoder import SharedEncoderEvaluation
+        return SharedEncoderEvaluation(self.model, self.dataloader,
+                                       self.evaluator, max_heads,
+                                       quiet=False)

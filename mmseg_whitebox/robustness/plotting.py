@@ -1,13 +1,16 @@
 """``robustness.png``: mIoU against sigma (log axis), the mean over noise
-draws with the min-max band, and per model its two references: the clean
-mIoU (dashed) and the mIoU with the perturbed attention removed (dotted)."""
+draws with its 95% confidence interval (error bars) and the min-max band,
+the AUC and sigma_50 in the legend (:mod:`.summary`), and per model its two
+references: the clean mIoU (dashed) and the mIoU with the perturbed
+attention removed (dotted)."""
 from __future__ import annotations
 
 import json
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .sweep import attention_unused
+from .summary import (attention_unused, fmt, fmt_sigma50,
+                      summarize_results)
 
 Results = Dict[str, Any]
 
@@ -28,9 +31,12 @@ def result_label(results: Results, folder: str) -> str:
 
 def plot_robustness(runs: Sequence[Tuple[str, Results]],
                     out_file: str,
-                    title: Optional[str] = None) -> str:
+                    title: Optional[str] = None,
+                    sigmas: Optional[Sequence[float]] = None) -> str:
     """Draw one or several sweeps (``(label, results)`` pairs) into
-    ``out_file``; returns the path."""
+    ``out_file``; returns the path. ``sigmas`` restricts the AUC and
+    sigma_50 in the legend to those noise levels (a comparison's common
+    ones)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -42,26 +48,38 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
     for label, results in runs:
         clean = (results.get('clean') or {}).get('mIoU')
         mode = results.get('setup', {}).get('mode', 'absolute')
-        selections = sorted({p['selection'] for p in results['points']})
+        curves = summarize_results(results)
+        summaries = summarize_results(results, sigmas=sigmas)
+        selections = list(curves)
+        drawn = set()  # clean once per run, each ablation once (groups)
         for selection in selections or ['']:
             color = colors[i % len(colors)]
             i += 1
             name = label if len(selections) <= 1 else f'{label} {selection}'
-            points = sorted((p for p in results['points']
-                             if p['selection'] == selection and p['sigma'] > 0),
-                            key=lambda p: p['sigma'])
+            points = [q for q in curves[selection]['points']
+                      if q['sigma'] > 0] if selection else []
             if points:
-                xs = [p['sigma'] for p in points]
-                ax.plot(xs, [p['mIoU_mean'] for p in points], 'o-',
-                        color=color, label=f'{name}: noise ({mode} sigma)')
-                ax.fill_between(xs, [p['mIoU_min'] for p in points],
-                                [p['mIoU_max'] for p in points],
+                xs = [q['sigma'] for q in points]
+                summary = summaries[selection]
+                ax.errorbar(xs, [q['mean'] for q in points],
+                            yerr=[q['ci95'] or 0.0 for q in points],
+                            fmt='o-', color=color, capsize=2,
+                            label=f'{name}: noise ({mode} sigma), AUC '
+                            f'{fmt(summary["auc"], 3)}, sigma_50 '
+                            + fmt_sigma50(summary['sigma_50'],
+                                          summary['sigma_min'],
+                                          summary['sigma_max']))
+                ax.fill_between(xs, [q['min'] for q in points],
+                                [q['max'] for q in points],
                                 color=color, alpha=0.2, linewidth=0)
-            if clean is not None:
+            if clean is not None and 'clean' not in drawn:
+                drawn.add('clean')
                 ax.axhline(clean, color=color, linestyle='--', linewidth=1,
-                           label=f'{name}: clean {clean:.1f}')
+                           label=f'{label}: clean {clean:.1f}')
             abl = results.get('ablation', {}).get(selection)
-            if abl is not None:
+            key = tuple((abl or {}).get('sites') or [selection])
+            if abl is not None and key not in drawn:
+                drawn.add(key)
                 value = abl['metrics']['mIoU']
                 unused = clean is not None and attention_unused(clean, value)
                 suffix = ' - attention unused' if unused else ''

@@ -14,7 +14,16 @@ sweep, because a flat robustness curve means something only next to them:
   "robustness" says nothing;
 
 and the attention usage ratios ``||update|| / ||residual stream||`` per
-layer, measured during the clean evaluation.
+layer, measured during the clean evaluation. Selections with the same
+attention sites (e.g. the parameter groups of :mod:`.groups`) share one
+ablation evaluation. The summary metrics of :mod:`.summary` (CI, retention,
+AUC, sigma_50) are written with every save.
+
+With a :class:`~.shared_encoder.SharedEncoderEvaluation` (``shared``) and
+every perturbed parameter in the decode head, the noise draws are
+evaluated ``max_heads`` at a time with one encoder pass each (identical
+results, saved per draw as before); otherwise, with a message, one at a
+time.
 """
 from __future__ import annotations
 
@@ -31,13 +40,14 @@ import torch.nn as nn
 from .evaluation import Evaluate, NonFiniteCounter
 from .perturbation import MODES, ParameterNoise
 from .selection import Selection
+from .shared_encoder import NoiseSetting, SharedEncoderEvaluation
 from .sites import AttentionAblation, AttentionUsage
+from .summary import attention_unused, summarize_results, summary_rows
 
 METRICS = ('mIoU', 'aAcc', 'mAcc')
 # the CBSA paper's grid (Fig. 8)
 PAPER_SIGMAS = (1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 1e-2, 2e-2, 3e-2, 4e-2, 5e-2,
                 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-UNUSED_MARGIN = 1.0  # mIoU points: ablated within this of clean = unused
 
 
 def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
@@ -55,14 +65,6 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
     out['nonfinite_fraction'] = statistics.fmean(
         d.get('nonfinite_fraction', 0.0) for d in draws)
     return out
-
-
-def attention_unused(clean: float, ablated: float,
-                     margin: float = UNUSED_MARGIN) -> bool:
-    """Whether removing the attention (``ablated`` mIoU) leaves the
-    ``clean`` mIoU within ``margin`` points: then the attention is unused
-    and its robustness to noise is not informative."""
-    return abs(clean - ablated) < margin
 
 
 def check_sweep_settings(sigmas: Sequence[float],
@@ -85,11 +87,14 @@ def check_sweep_settings(sigmas: Sequence[float],
 
 
 class ResultStore:
-    """``results.json`` (everything, draws included), ``results.csv`` (one
-    row per finished point) and ``attention_usage.{json,csv}`` in one
-    folder, rewritten atomically after every draw so an interrupted sweep
-    loses at most the draw in progress. Without ``out_dir`` results are
-    kept in memory only."""
+    """``results.json`` (everything, draws included, and the summary of
+    :mod:`.summary` under ``'summary'``), ``results.csv`` (one row per
+    finished point), ``summary.csv`` (one row per selection),
+    ``attention_usage.{json,csv}`` and, when measured,
+    ``subspace_angles.{json,csv}`` in one folder, rewritten atomically
+    after every draw so an interrupted sweep loses at most the draw in
+    progress (the pass in progress of a shared-encoder sweep). Without
+    ``out_dir`` results are kept in memory only."""
 
     def __init__(self, out_dir: Optional[str] = None,
                  setup: Optional[Dict[str, Any]] = None,
@@ -153,6 +158,12 @@ class ResultStore:
         self.data['attention_usage'] = rows
         self.save()
 
+    def add_subspace_rows(self, rows: List[Dict[str, Any]]) -> None:
+        """Rows of :func:`.subspace.subspace_change` (one per selection,
+        layer and sigma)."""
+        self.data.setdefault('subspace_angles', []).extend(rows)
+        self.save()
+
     def add_draw(self, selection: str, sigma: float, draw: Dict) -> None:
         self.data['partial'].setdefault(f'{selection}@{sigma!r}',
                                         []).append(draw)
@@ -170,14 +181,23 @@ class ResultStore:
     def save(self) -> None:
         if self.out_dir is None:
             return
+        self.data['summary'] = summarize_results(self.data)
         _atomic_json(self.json_path, self.data)
         self._write_csv()
-        usage = self.data['attention_usage']
-        if usage:
-            _atomic_json(osp.join(self.out_dir, 'attention_usage.json'),
-                         usage)
-            _atomic_csv(osp.join(self.out_dir, 'attention_usage.csv'),
-                        list(usage[0]), usage)
+        setup = self.data['setup']
+        summary = summary_rows(self.data['summary'],
+                               label=setup.get('name', ''),
+                               num_parameters=setup.get('num_parameters'))
+        if summary:
+            _atomic_csv(osp.join(self.out_dir, 'summary.csv'),
+                        list(summary[0]), summary)
+        for key, name in (('attention_usage', 'attention_usage'),
+                          ('subspace_angles', 'subspace_angles')):
+            rows = self.data.get(key)
+            if rows:
+                _atomic_json(osp.join(self.out_dir, f'{name}.json'), rows)
+                _atomic_csv(osp.join(self.out_dir, f'{name}.csv'),
+                            list(rows[0]), rows)
 
     def rows(self) -> List[Dict[str, Any]]:
         """The CSV rows: clean, ablated (per selection), then the points."""
@@ -192,10 +212,16 @@ class ResultStore:
             rows.append(dict(kind='ablated', selection=label, sigma='',
                              mode='', draws=1,
                              **summarize([abl['metrics']])))
+        summaries = self.data.get('summary') or summarize_results(self.data)
         for p in sorted(self.data['points'],
                         key=lambda p: (p['selection'], p['sigma'])):
+            extra = next((dict(mIoU_ci95=q['ci95'], retention=q['retention'],
+                               attention_retention=q['attention_retention'])
+                          for q in summaries.get(p['selection'], {}).get(
+                              'points', []) if q['sigma'] == p['sigma']), {})
             rows.append(dict(kind='noise', draws=len(p['draws']),
-                             **{k: v for k, v in p.items() if k != 'draws'}))
+                             **{k: v for k, v in p.items() if k != 'draws'},
+                             **extra))
         return rows
 
     def _write_csv(self) -> None:
@@ -205,7 +231,8 @@ class ResultStore:
         fields = ['kind', 'selection', 'sigma', 'mode', 'draws']
         fields += [f'{m}_{s}' for m in METRICS
                    for s in ('mean', 'std', 'min', 'max')]
-        fields += ['nonfinite_fraction']
+        fields += ['nonfinite_fraction', 'mIoU_ci95', 'retention',
+                   'attention_retention']
         _atomic_csv(osp.join(self.out_dir, 'results.csv'), fields, rows)
 
 
@@ -244,6 +271,9 @@ class NoiseSweep:
         ablation: also evaluate the ablation reference per selection.
         on_progress: called with a short status string after each
             evaluation (e.g. to advance a progress bar).
+        shared: evaluate the noise draws with a shared encoder (see module
+            docstring); ``None``: one at a time.
+        log: where the message on the evaluation path goes.
     """
 
     def __init__(self,
@@ -256,7 +286,9 @@ class NoiseSweep:
                  seed: int = 0,
                  store: Optional[ResultStore] = None,
                  ablation: bool = True,
-                 on_progress: Optional[Callable[[str], None]] = None) -> None:
+                 on_progress: Optional[Callable[[str], None]] = None,
+                 shared: Optional[SharedEncoderEvaluation] = None,
+                 log: Callable[[str], None] = print) -> None:
         check_sweep_settings(sigmas, num_seeds, mode)
         self.model = model
         self.evaluate = evaluate
@@ -268,14 +300,17 @@ class NoiseSweep:
         self.store = store if store is not None else ResultStore()
         self.ablation = ablation
         self.on_progress = on_progress or (lambda status: None)
+        self.shared = shared
+        self.log = log
 
     @property
     def num_evaluations(self) -> int:
         """Evaluations still to run (for progress bars)."""
         n = 0 if self.store.data.get('clean') else 1
         if self.ablation:
-            n += sum(1 for s in self.selections if s.sites
-                     and s.label not in self.store.data['ablation'])
+            n += len({self._sites_key(s) for s in self.selections
+                      if s.sites and s.label not in self.store.data['ablation']
+                      and self._shared_ablation(s) is None})
         for sel in self.selections:
             for sigma in self.sigmas:
                 if self.store.point(sel.label, sigma):
@@ -283,6 +318,16 @@ class NoiseSweep:
                 draws = 1 if sigma == 0 else self.num_seeds
                 n += draws - len(self.store.partial_draws(sel.label, sigma))
         return n
+
+    @staticmethod
+    def _sites_key(selection: Selection) -> tuple:
+        return tuple(s.name for s in selection.sites)
+
+    def _shared_ablation(self, selection: Selection) -> Optional[Dict]:
+        """A stored ablation of the same sites (another selection's)."""
+        key = list(self._sites_key(selection))
+        return next((abl for abl in self.store.data['ablation'].values()
+                     if abl.get('sites') == key), None)
 
     def _evaluate(self) -> Dict[str, float]:
         with NonFiniteCounter(self.model) as counter:
@@ -308,6 +353,10 @@ class NoiseSweep:
             for sel in self.selections:
                 if not sel.sites or sel.label in store.data['ablation']:
                     continue
+                shared = self._shared_ablation(sel)
+                if shared is not None:
+                    store.set_ablation(sel.label, dict(shared))
+                    continue
                 with AttentionAblation(sel.sites):
                     metrics = self._evaluate()
                 store.set_ablation(sel.label, dict(
@@ -317,23 +366,80 @@ class NoiseSweep:
                                                       metrics['mIoU'])))
                 self.on_progress(f'{sel.label} ablated mIoU '
                                  f'{metrics["mIoU"]:.2f}')
+        if self._use_shared():
+            self._run_shared()
+        else:
+            self._run_sequential()
+        return store.data
+
+    def _pending(self) -> List[tuple]:
+        """``(selection, sigma, seeds still to evaluate)`` of every
+        unfinished point, in sweep order."""
+        pending = []
         for sel in self.selections:
             for sigma in self.sigmas:
-                if store.point(sel.label, sigma):
+                if self.store.point(sel.label, sigma):
                     continue
                 draws = 1 if sigma == 0 else self.num_seeds
-                done = {d['seed'] for d in store.partial_draws(sel.label,
-                                                               sigma)}
-                for i in range(draws):
-                    seed = self.seed + i
-                    if seed in done:
-                        continue
-                    with ParameterNoise(sel.parameters, sigma, self.mode,
-                                        seed):
-                        metrics = self._evaluate()
-                    store.add_draw(sel.label, sigma, dict(seed=seed,
-                                                          **metrics))
-                    self.on_progress(f'{sel.label} sigma {sigma:g} seed '
-                                     f'{seed}: mIoU {metrics["mIoU"]:.2f}')
-                store.finish_point(sel.label, sigma, self.mode)
-        return store.data
+                done = {d['seed'] for d in self.store.partial_draws(
+                    sel.label, sigma)}
+                pending.append((sel, sigma, [self.seed + i
+                                             for i in range(draws)
+                                             if self.seed + i not in done]))
+        return pending
+
+    def _use_shared(self) -> bool:
+        if self.shared is None or not self._pending():
+            return False
+        reason = self.shared.unsupported(
+            [np for sel in self.selections for np in sel.parameters])
+        if reason:
+            self.log(f'shared-encoder sweep off: {reason}; evaluating one '
+                     'noise setting at a time')
+            return False
+        return True
+
+    def _add_draw(self, sel: Selection, sigma: float, seed: int,
+                  metrics: Dict[str, float]) -> None:
+        self.store.add_draw(sel.label, sigma, dict(seed=seed, **metrics))
+        self.on_progress(f'{sel.label} sigma {sigma:g} seed {seed}: mIoU '
+                         f'{metrics["mIoU"]:.2f}')
+
+    def _run_sequential(self) -> None:
+        for sel, sigma, seeds in self._pending():
+            for seed in seeds:
+                with ParameterNoise(sel.parameters, sigma, self.mode, seed):
+                    metrics = self._evaluate()
+                self._add_draw(sel, sigma, seed, metrics)
+            self.store.finish_point(sel.label, sigma, self.mode)
+
+    def _run_shared(self) -> None:
+        """All pending draws, ``max_heads`` per pass over the data; each
+        point is finished once its last draw is in, in sweep order."""
+        pending = self._pending()
+        settings = [(sel, sigma, seed) for sel, sigma, seeds in pending
+                    for seed in seeds]
+        size = self.shared.max_heads
+        self.log(f'shared-encoder sweep: {len(settings)} noise settings in '
+                 f'{-(-len(settings) // size)} pass(es) over the data, up '
+                 f'to {size} head copies each')
+        ends, end = [], 0  # settings evaluated when a point is complete
+        for sel, sigma, seeds in pending:
+            end += len(seeds)
+            ends.append((end, sel, sigma))
+        done = 0
+        while True:
+            while ends and ends[0][0] <= done:
+                _, sel, sigma = ends.pop(0)
+                self.store.finish_point(sel.label, sigma, self.mode)
+            if done == len(settings):
+                break
+            chunk = settings[done:done + size]
+            results = self.shared([NoiseSetting(sel.parameters, sigma,
+                                                self.mode, seed)
+                                   for sel, sigma, seed in chunk])
+            for (sel, sigma, seed), metrics in zip(chunk, results):
+                metrics = {k: metrics[k] for k in
+                           METRICS + ('nonfinite_fraction', ) if k in metrics}
+                self._add_draw(sel, sigma, seed, metrics)
+            done += len(chunk)

@@ -4,8 +4,10 @@
         --out compare.png [--labels A B ...] [--title TEXT]
 
 Each SWEEP_DIR is an output folder of tools/noise_robustness.py. Every model
-gets its noise curve (mean, min-max band), its clean mIoU (dashed) and its
-mIoU with the perturbed attention removed (dotted).
+gets its noise curve (mean with 95% CI error bars, min-max band; AUC and
+sigma_50 in the legend), its clean mIoU (dashed) and its mIoU with the
+perturbed attention removed (dotted). For a table as well, see
+compare_robustness.py.
 """
 import argparse
 

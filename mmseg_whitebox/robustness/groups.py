@@ -1,0 +1,103 @@
+"""Parameter groups of attention layers: which parameters a model's
+sensitivity to noise comes from.
+
+Each parameter of an attention site (:mod:`.sites`) has one role, read off
+its name inside the attention operator, per site kind:
+
+``mmseg_whitebox`` operators (CBSA, MSSA, TSSA: :class:`SubspaceAttention`)
+    ``bases``: the subspace bases ``proj.weight`` (U);
+    ``step-sizes``: the per-head scalars -- CBSA's ``eta`` and ``kappa``,
+    MSSA's ``step_size``, TSSA's temperature ``temp``;
+    ``out-proj``: the output projection ``out_proj.weight`` (absent in the
+    tied variants);
+    ``biases``: ``out_proj.bias``.
+    The q/k/v operators of white-box encoders (``MHSA``, ``QKVCBSA``) in
+    the same blocks: ``qkv`` (``qkv.weight``), ``step-sizes``, ``out-proj``
+    and ``biases`` (``qkv.bias``, ``out_proj.bias``).
+mmcv ``MultiheadAttention`` (mmseg's Segmenter head and ViT encoder)
+    ``qkv``: the query/key/value in-projection weight(s);
+    ``out-proj``: ``out_proj.weight``;
+    ``biases``: the in- and out-projection biases (and ``bias_k/v``).
+
+A parameter no rule matches falls into ``other``, and a selected parameter
+outside every attention site (e.g. a norm under ``--target decoder``) into
+``non-attention``, so the groups always partition a selection.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch.nn as nn
+
+from .selection import Selection
+from .sites import KIND_MMCV_MHA, KIND_RESIDUAL_BLOCK
+
+#: per site kind, (group, pattern on the name inside the operator)
+ROLE_RULES: Dict[str, List[Tuple[str, str]]] = {
+    KIND_RESIDUAL_BLOCK: [
+        ('bases', r'^proj\.weight$'),
+        ('qkv', r'^qkv\.weight$'),
+        ('step-sizes', r'^(eta|kappa|step_size|temp)$'),
+        ('out-proj', r'^out_proj\.weight$'),
+        ('biases', r'(^|\.)bias$'),
+    ],
+    KIND_MMCV_MHA: [
+        ('qkv', r'(^|\.)(in_proj_weight|[qkv]_proj_weight)$'),
+        ('out-proj', r'(^|\.)out_proj\.weight$'),
+        ('biases', r'(^|\.)(in_proj_bias|bias_[kv]|out_proj\.bias)$'),
+    ],
+}
+OTHER = 'other'
+NON_ATTENTION = 'non-attention'
+#: every group name, in table order
+GROUPS = ('bases', 'qkv', 'step-sizes', 'out-proj', 'biases', OTHER,
+          NON_ATTENTION)
+
+
+def parameter_role(kind: str, name: str) -> str:
+    """The group of the parameter called ``name`` inside an attention
+    operator of site kind ``kind``."""
+    for group, pattern in ROLE_RULES.get(kind, []):
+        if re.search(pattern, name):
+            return group
+    return OTHER
+
+
+def parameter_groups(selection: Selection
+                     ) -> Dict[str, List[Tuple[str, nn.Parameter]]]:
+    """The selection's parameters by group (non-empty groups only, in
+    :data:`GROUPS` order; each parameter in exactly one)."""
+    roles = {}
+    for site in selection.sites:
+        for name, p in site.attention.named_parameters():
+            roles[id(p)] = parameter_role(site.kind, name)
+    grouped: Dict[str, List[Tuple[str, nn.Parameter]]] = {}
+    for name, p in selection.parameters:
+        grouped.setdefault(roles.get(id(p), NON_ATTENTION), []).append(
+            (name, p))
+    return {g: grouped[g] for g in GROUPS if g in grouped}
+
+
+def group_selections(selection: Selection,
+                     groups: Optional[Sequence[str]] = None
+                     ) -> List[Selection]:
+    """One selection per parameter group of ``selection`` (all groups it
+    has, or those named), labelled ``<label>:<group>``. Each keeps the
+    whole selection's sites: its ablation reference is the same.
+
+    Raises:
+        ValueError: for a group name that is unknown or not in the
+            selection (naming those it has).
+    """
+    grouped = parameter_groups(selection)
+    if groups is None:
+        groups = list(grouped)
+    missing = [g for g in groups if g not in grouped]
+    if missing:
+        raise ValueError(
+            f'no parameter group {missing} in selection {selection.label!r}'
+            f'; it has: {", ".join(grouped)} (all groups: '
+            f'{", ".join(GROUPS)})')
+    return [Selection(f'{selection.label}:{g}', selection.target,
+                      grouped[g], list(selection.sites)) for g in groups]

@@ -1,0 +1,239 @@
+"""Shared-encoder sweeps: many noise settings of the decode head in one pass
+over the data.
+
+Noise on decode-head parameters leaves the encoder's output unchanged, and
+the encoder is most of the compute. :class:`SharedEncoderEvaluation`
+therefore evaluates a chunk of noise settings (sigma x draw) together: per
+batch the encoder (``extract_feat``: backbone + neck) runs once per image
+-- once per window in slide mode -- and every perturbed copy of the head
+runs on those features, each feeding its own copy of the test evaluator
+(mmseg's ``IoUMetric``).
+
+Nothing of mmseg's inference is re-implemented: every head copy runs the
+segmentor's own ``predict`` (``slide_inference``/``whole_inference``,
+``encode_decode``, ``postprocess_result``) on a *view* of the segmentor, a
+shallow copy whose ``decode_head`` is the perturbed copy and whose
+``extract_feat`` returns the features the first copy computed, window by
+window in the same order. The head copies are ``deepcopy``s of the real
+head with :class:`~.perturbation.ParameterNoise` applied exactly as the
+one-setting-at-a-time path applies it (same seed, same order), so the
+results are identical; the real model is only read, never modified.
+"""
+from __future__ import annotations
+
+import copy
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from .evaluation import Metrics, count_nonfinite, quiet_logging
+from .perturbation import ParameterNoise
+from .sites import _unwrap
+
+
+@dataclass
+class NoiseSetting:
+    """One noise draw: the real model's ``(name, parameter)`` pairs to
+    perturb (all in the decode head), and the draw's sigma, mode and seed
+    (as :class:`~.perturbation.ParameterNoise` takes them)."""
+
+    parameters: Sequence[Tuple[str, nn.Parameter]]
+    sigma: float
+    mode: str = 'absolute'
+    seed: int = 0
+
+
+def shared_encoder_unsupported(model: nn.Module,
+                               parameters: Sequence[Tuple[str, nn.Parameter]]
+                               ) -> Optional[str]:
+    """Why ``parameters`` cannot be swept with a shared encoder (``None``
+    if they can): the model must be an mmseg ``EncoderDecoder`` and every
+    parameter must lie in its decode head, or the encoder's output would
+    change with the noise."""
+    from mmseg.models.segmentors import EncoderDecoder
+    model = _unwrap(model)
+    if not isinstance(model, EncoderDecoder):
+        return (f'the model is a {type(model).__name__}, not an mmseg '
+                'EncoderDecoder')
+    head = {id(p) for p in model.decode_head.parameters()}
+    outside = list(dict.fromkeys(n for n, p in parameters
+                                 if id(p) not in head))
+    if outside:
+        shown = ', '.join(outside[:3]) + (
+            f' (+{len(outside) - 3} more)' if len(outside) > 3 else '')
+        return f'perturbed parameters outside the decode head: {shown}'
+    return None
+
+
+class _FeatureCache:
+    """``extract_feat`` for the views of one batch: the first view runs the
+    real encoder and keeps its output per call (per window); the others get
+    those features back, call by call."""
+
+    def __init__(self, encoder: Callable[[torch.Tensor], Any]) -> None:
+        self.encoder = encoder
+        self.calls: List[Tuple[torch.Size, Any, List[int]]] = []
+
+    @staticmethod
+    def _tensors(feats: Any) -> List[torch.Tensor]:
+        if isinstance(feats, torch.Tensor):
+            return [feats]
+        if isinstance(feats, (list, tuple)):
+            return [t for f in feats for t in _FeatureCache._tensors(f)]
+        return []
+
+    def record(self, inputs: torch.Tensor) -> Any:
+        feats = self.encoder(inputs)
+        self.calls.append((inputs.shape, feats,
+                           [t._version for t in self._tensors(feats)]))
+        return feats
+
+    def replayer(self) -> Callable[[torch.Tensor], Any]:
+        position = iter(range(len(self.calls)))
+
+        def replay(inputs: torch.Tensor) -> Any:
+            i = next(position, None)
+            if i is None or self.calls[i][0] != inputs.shape:
+                raise RuntimeError(
+                    'shared-encoder sweep: the head copies asked for other '
+                    'encoder inputs than the first one (inference is not '
+                    'deterministic in its windows); use --no-shared-encoder')
+            return self.calls[i][1]
+
+        return replay
+
+    def check_unchanged(self) -> None:
+        """The heads must not modify their input features in place (the
+        next head would see them changed)."""
+        for _, feats, versions in self.calls:
+            if [t._version for t in self._tensors(feats)] != versions:
+                raise RuntimeError(
+                    'shared-encoder sweep: the decode head modifies its '
+                    'input features in place, so they cannot be shared; use '
+                    '--no-shared-encoder')
+
+
+def _segmentor_view(model: nn.Module, head: nn.Module,
+                    extract_feat: Callable[[torch.Tensor], Any]) -> nn.Module:
+    """A shallow copy of the segmentor with another decode head and
+    encoder, so that its own inference code runs unchanged (the real
+    segmentor's attributes are not touched)."""
+    view = copy.copy(model)
+    view._modules = dict(model._modules, decode_head=head)
+    view.extract_feat = extract_feat
+    return view
+
+
+def _nonfinite(outputs: Sequence[Any]) -> Tuple[int, int]:
+    """Non-finite and total logits, as :class:`~.evaluation.NonFiniteCounter`
+    counts them."""
+    bad = total = 0
+    for sample in outputs:
+        logits = getattr(sample, 'seg_logits', None)
+        if logits is None:
+            continue
+        bad += count_nonfinite(logits.data)
+        total += logits.data.numel()
+    return bad, total
+
+
+class SharedEncoderEvaluation:
+    """Evaluates noise settings of the decode head with one encoder pass
+    per chunk of settings (see module docstring).
+
+    Args:
+        model: the segmentor (an mmseg ``EncoderDecoder``, possibly
+            wrapped for distributed evaluation); only read.
+        dataloader: the test dataloader.
+        evaluator: the test evaluator (mmengine ``Evaluator``); a fresh
+            deep copy accumulates each setting.
+        max_heads: perturbed head copies held at a time, i.e. settings per
+            pass over the data (bounds the memory).
+        fp16: run under autocast as ``TestLoop(fp16=True)`` does.
+        quiet: silence the metric's per-class tables.
+    """
+
+    def __init__(self, model: nn.Module, dataloader: Any, evaluator: Any,
+                 max_heads: int = 8, fp16: bool = False,
+                 quiet: bool = True) -> None:
+        if max_heads < 1:
+            raise ValueError(f'max_heads must be >= 1, got {max_heads}')
+        self.model = model
+        self.dataloader = dataloader
+        self.evaluator = evaluator
+        self.max_heads = int(max_heads)
+        self.fp16 = fp16
+        self.quiet = quiet
+
+    def unsupported(self, parameters: Sequence[Tuple[str, nn.Parameter]]
+                    ) -> Optional[str]:
+        """See :func:`shared_encoder_unsupported`."""
+        return shared_encoder_unsupported(self.model, parameters)
+
+    def _fresh_evaluator(self) -> Any:
+        evaluator = copy.deepcopy(self.evaluator)
+        for metric in getattr(evaluator, 'metrics', []):
+            metric.results.clear()
+        return evaluator
+
+    def _perturbed_head(self, setting: NoiseSetting,
+                        stack: ExitStack) -> nn.Module:
+        head = _unwrap(self.model).decode_head
+        twin = copy.deepcopy(head)
+        twins = dict(zip((id(p) for p in head.parameters()),
+                         twin.parameters()))
+        try:
+            params = [(n, twins[id(p)]) for n, p in setting.parameters]
+        except KeyError:
+            raise ValueError(
+                'shared-encoder sweep: ' + (self.unsupported(
+                    setting.parameters) or 'parameter not in the head')
+            ) from None
+        stack.enter_context(ParameterNoise(params, setting.sigma,
+                                           setting.mode, setting.seed))
+        return twin
+
+    def __call__(self, settings: Sequence[NoiseSetting]) -> List[Metrics]:
+        """The test metrics of each setting (plus ``nonfinite_fraction``),
+        from one pass over the data; at most ``max_heads`` settings."""
+        if not settings:
+            return []
+        if len(settings) > self.max_heads:
+            raise ValueError(f'{len(settings)} settings in one pass, more '
+                             f'than max_heads={self.max_heads}')
+        from mmengine.runner.amp import autocast
+        model = _unwrap(self.model)
+        model.eval()
+        with ExitStack() as stack, torch.no_grad():
+            heads = [self._perturbed_head(s, stack) for s in settings]
+            evaluators = [self._fresh_evaluator() for _ in settings]
+            counts = [[0, 0] for _ in settings]
+            for batch in self.dataloader:
+                with autocast(enabled=self.fp16):
+                    data = model.data_preprocessor(batch, False)
+                cache = _FeatureCache(model.extract_feat)
+                for i, head in enumerate(heads):
+                    view = _segmentor_view(
+                        model, head,
+                        cache.record if i == 0 else cache.replayer())
+                    samples = copy.deepcopy(data['data_samples'])
+                    with autocast(enabled=self.fp16):
+                        outputs = view.predict(data['inputs'], samples)
+                    cache.check_unchanged()
+                    bad, total = _nonfinite(outputs)
+                    counts[i][0] += bad
+                    counts[i][1] += total
+                    evaluators[i].process(data_samples=outputs,
+                                          data_batch=batch)
+            size = len(self.dataloader.dataset)
+            results = []
+            for evaluator, (bad, total) in zip(evaluators, counts):
+                with quiet_logging() if self.quiet else nullcontext():
+                    metrics = evaluator.evaluate(size)
+                metrics = {k: float(v) for k, v in metrics.items()}
+                metrics['nonfinite_fraction'] = bad / total if total else 0.0
+                results.append(metrics)
+        return results

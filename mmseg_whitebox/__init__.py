@@ -3,13 +3,18 @@
 Importing the package first applies :mod:`mmseg_whitebox.compat` (only the
 fixes this environment needs), then registers every module with mmseg's
 registries, so configs can say ``custom_imports=dict(imports=
-['mmseg_whitebox'])`` and mmseg's own tools and APIs can use them.
+['mmseg_whitebox'])`` and mmseg's own tools and APIs can use them, and
+adds this project's metafiles to the names ``MMSegInferencer`` resolves.
 """
 from . import compat
 
 compat.apply()
 
 from . import datasets, engine, models  # noqa: E402,F401  (registration)
+from .apis import register_model_index  # noqa: E402
 from .version import __version__  # noqa: E402
 
-__all__ = ['__version__', 'compat', 'datasets', 'engine', 'models']
+# MMSegInferencer(model=<config name>) finds this project's configs too
+register_model_index()
+
+__all__ = ['__version__', 'apis', 'compat', 'datasets', 'engine', 'models']

@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import fast
+from . import export, fast
 from .subspace import SubspaceAttention
 
 GridSize = Union[int, Tuple[int, int]]
@@ -69,7 +69,10 @@ def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
     # an (H, W, K*p) channels-last image, pooled without a copy
     grid = z.transpose(1, 2)[:, grid_start:grid_start + h * w]
     grid = grid.reshape(b, h, w, k * p).permute(0, 3, 1, 2)
-    rep = F.adaptive_avg_pool2d(grid, rep_grid)  # (B, K*p, rh, rw)
+    if export.exporting():  # the same average, in ONNX-exportable form
+        rep = export.adaptive_avg_pool2d(grid, rep_grid)
+    else:
+        rep = F.adaptive_avg_pool2d(grid, rep_grid)  # (B, K*p, rh, rw)
     return rep.reshape(b, k, p, -1).transpose(-1, -2)
 
 

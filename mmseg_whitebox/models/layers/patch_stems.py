@@ -19,12 +19,10 @@ from mmseg.registry import MODELS
 
 def pad_to_multiple(x: torch.Tensor, size: int) -> torch.Tensor:
     """Zero-pad ``(B, C, H, W)`` at the bottom and right to multiples of
-    ``size``."""
+    ``size``. Always padded (zero where none is needed), so that an
+    exported graph pads at every input size, not only the export size."""
     h, w = x.shape[-2:]
-    pad_h, pad_w = -h % size, -w % size
-    if pad_h or pad_w:
-        x = F.pad(x, (0, pad_w, 0, pad_h))
-    return x
+    return F.pad(x, (0, -w % size, 0, -h % size))
 
 
 @MODELS.register_module()

@@ -1,0 +1,406 @@
+"""Export a whole segmentor (encoder + any decode head) to ONNX and check
+the graph with onnxruntime against PyTorch; the logic of
+``tools/deployment/export_onnx.py``.
+
+**What the graph computes.** :class:`SegLogits`: mmseg's tensor mode
+(``model(x, mode='tensor')``: encoder and decode head) followed by the
+bilinear resize to the input size that whole-image inference does, so its
+output is the ``seg_logits`` that ``inference_model`` returns in whole mode
+for an input of that size (the argmax is the prediction). Input: the
+*normalised* image ``(1, 3, H, W)`` float32, i.e. after mmseg's data
+preprocessor (mean/std, BGR->RGB; the settings are stored in the model's
+metadata). Resizing/padding an image to the graph's size and back to the
+original one stay outside, as in mmseg's pipeline.
+
+**Exporter.** torch's dynamo exporter (``torch.onnx.export(...,
+dynamo=True)``, via ``torch.export``), standard ONNX operators only (the
+export fails on anything else). Two things made earlier graphs run at
+the export size only; both are handled without custom operators:
+
+* mmseg's ``VisionTransformer`` resizes its position embedding only when
+  the token count differs from the training grid, a Python ``if`` that
+  ``torch.export`` decides once, at the export size: the graph then adds
+  the unresized embedding at every size (onnxruntime: ``Add`` cannot
+  broadcast 241 by 257). While exporting, the embedding is always resized
+  (:func:`export_friendly`; at the training grid the bicubic resize is the
+  identity, and mmseg's own code is what the check compares against);
+* padding of inputs whose sides are not multiples of the patch size
+  (mmseg's ``AdaptivePadding``) happens only when some is needed, again
+  decided at the export size; while exporting the (possibly zero) padding
+  is always applied (the project's patch stems always pad);
+* CBSA's ``adaptive_avg_pool2d`` of the token grid to the representatives
+  grid: the dynamo exporter bakes the pooling cells of the export size in
+  as index tensors (``GatherND`` out of range elsewhere) and the TorchScript
+  exporter refuses grids that the representatives grid does not divide.
+  While exporting, :func:`~mmseg_whitebox.ops.cbsa.pool_grid` pools with
+  separable averaging matrices computed from the grid size in the graph
+  (:mod:`mmseg_whitebox.ops.export`).
+
+The inference fast path (:mod:`mmseg_whitebox.ops.fast`) is switched off
+for the export and for the PyTorch reference: the exported operators are
+the default ones, as the papers write them.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import os.path as osp
+import types
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmseg_whitebox.ops import fast
+from mmseg_whitebox.utils.cli import ToolError
+
+Shape = Tuple[int, int]
+
+#: the default check: at least this share of pixels with the same argmax
+#: as PyTorch, at every size checked
+MIN_AGREEMENT = 0.999
+#: the onnx packages of the ``deploy`` extra (module -> pip name)
+DEPLOY_PACKAGES = {'onnx': 'onnx', 'onnxruntime': 'onnxruntime',
+                   'onnxscript': 'onnxscript'}
+#: operator domains of standard ONNX
+STANDARD_DOMAINS = ('', 'ai.onnx')
+INPUT_NAME, OUTPUT_NAME = 'input', 'seg_logits'
+
+
+@dataclass
+class Parity:
+    """onnxruntime against PyTorch at one input size."""
+    shape: Shape
+    max_abs_diff: float
+    argmax_agreement: float
+    export_shape: bool = False
+
+    def __str__(self) -> str:
+        where = ' (export shape)' if self.export_shape else ''
+        return (f'{self.shape[0]}x{self.shape[1]}{where}: max |logit diff| '
+                f'{self.max_abs_diff:.3g}, argmax agreement '
+                f'{100 * self.argmax_agreement:.3f}%')
+
+
+def require_deploy_packages() -> None:
+    """A :class:`ToolError` naming the install command when the ``deploy``
+    extra is missing."""
+    missing = [pip for module, pip in DEPLOY_PACKAGES.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ToolError(
+            f'ONNX export needs {", ".join(missing)}: install the deploy '
+            'extra, pip install -c constraints.txt -e ".[deploy]"')
+
+
+class SegLogits(nn.Module):
+    """``segmentor(x, mode='tensor')`` resized bilinearly to ``x``'s size:
+    whole-mode ``seg_logits`` of ``(1, 3, H, W)`` normalised images."""
+
+    def __init__(self, segmentor: nn.Module) -> None:
+        super().__init__()
+        self.segmentor = segmentor
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        logits = self.segmentor(inputs, mode='tensor')
+        return F.interpolate(logits, size=inputs.shape[2:], mode='bilinear',
+                             align_corners=self.segmentor.align_corners)
+
+
+def _resized_pos_embedding(self, patched_img: torch.Tensor,
+                           hw_shape: Shape,
+                           pos_embed: torch.Tensor) -> torch.Tensor:
+    """mmseg's ``VisionTransformer._pos_embeding`` without its shape test:
+    the embedding is resized to the token grid at every size."""
+    pos_h = self.img_size[0] // self.patch_size
+    pos_w = self.img_size[1] // self.patch_size
+    if pos_embed.shape[1] != pos_h * pos_w + 1:  # mmseg's own error
+        return type(self)._pos_embeding(self, patched_img, hw_shape,
+                                        pos_embed)
+    pos_embed = self.resize_pos_embed(pos_embed, hw_shape, (pos_h, pos_w),
+                                      self.interpolate_mode)
+    return self.drop_after_pos(patched_img + pos_embed)
+
+
+def _always_padded(self, x: torch.Tensor) -> torch.Tensor:
+    """mmseg's ``AdaptivePadding.forward`` with the padding applied at
+    every size (zero where none is needed), in symbolic-size arithmetic."""
+    pads = []
+    for size, kernel, stride, dilation in zip(x.shape[-2:], self.kernel_size,
+                                              self.stride, self.dilation):
+        reach = (kernel - 1) * dilation + 1
+        pad = ((size + stride - 1) // stride - 1) * stride + reach - size
+        # never negative when the kernel reaches a stride (patch embeddings)
+        pads.append(pad if reach >= stride else torch.sym_max(pad, 0))
+    pad_h, pad_w = pads
+    if self.padding == 'corner':
+        return F.pad(x, [0, pad_w, 0, pad_h])
+    return F.pad(x, [pad_w // 2, pad_w - pad_w // 2, pad_h // 2,
+                     pad_h - pad_h // 2])
+
+
+@contextlib.contextmanager
+def export_friendly(model: nn.Module) -> Iterator[nn.Module]:
+    """Inside the block, ``model`` exports to a graph valid at any input
+    size: every mmseg ``VisionTransformer`` (also ``WhiteBoxViT``) resizes
+    its position embedding and pads its input unconditionally, and the
+    fast path is off. Outside it, the model is as before."""
+    from mmseg.models.backbones import VisionTransformer
+    from mmcv.cnn.bricks.transformer import AdaptivePadding as MMCVPadding
+    from mmseg.models.utils.embed import AdaptivePadding
+    patched = []
+    for module in model.modules():
+        if isinstance(module, VisionTransformer):
+            patched.append((module, '_pos_embeding', _resized_pos_embedding))
+        elif isinstance(module, (AdaptivePadding, MMCVPadding)):
+            patched.append((module, 'forward', _always_padded))
+    for module, name, function in patched:
+        setattr(module, name, types.MethodType(function, module))
+    try:
+        with fast.fast_path(False):
+            yield model
+    finally:
+        for module, name, _ in patched:
+            delattr(module, name)
+
+
+def patch_stride(model: nn.Module) -> int:
+    """Input pixels per token along a side (the backbone's patch size)."""
+    size = getattr(getattr(model, 'backbone', None), 'patch_size', 1)
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+def min_input_side(model: nn.Module) -> int:
+    """The smallest input side the model takes: one token, or as many as
+    the largest CBSA representatives grid needs."""
+    grids = [max(m.rep_grid) for m in model.modules()
+             if isinstance(getattr(m, 'rep_grid', None), tuple)]
+    return patch_stride(model) * max(grids + [1])
+
+
+def check_shapes(model: nn.Module, shapes: Sequence[Shape]) -> None:
+    least = min_input_side(model)
+    for h, w in shapes:
+        if min(h, w) < least:
+            raise ToolError(
+                f'input size {h}x{w} is too small for this model: both '
+                f'sides must be at least {least} pixels (its token grid must '
+                'hold the CBSA representatives grid)')
+
+
+def default_check_shape(model: nn.Module, shape: Shape) -> Shape:
+    """A non-square size other than ``shape`` (3/4 of its height, 5/4 of
+    its width, in whole tokens) for checking a dynamic graph."""
+    stride, least = patch_stride(model), min_input_side(model)
+
+    def rounded(side: float) -> int:
+        return max(least, stride * max(1, round(side / stride)))
+
+    h, w = rounded(shape[0] * 3 / 4), rounded(shape[1] * 5 / 4)
+    if h == w:
+        w += stride
+    return h, w
+
+
+def export_onnx(model: nn.Module,
+                out: str,
+                shape: Shape,
+                dynamic: bool = False,
+                opset: Optional[int] = None,
+                metadata: Optional[Dict[str, str]] = None) -> str:
+    """Export :class:`SegLogits` of ``model`` (on the CPU, eval mode) at
+    input size ``shape`` to ``out``; with ``dynamic`` the height and width
+    are free (the batch stays 1). Returns ``out``."""
+    require_deploy_packages()
+    check_shapes(model, [shape])
+    model.eval()
+    graph = SegLogits(model).eval()
+    example = torch.randn(1, 3, *shape)
+    dynamic_shapes = None
+    if dynamic:
+        least = min_input_side(model)
+        dim = torch.export.Dim
+        dynamic_shapes = {'inputs': {2: dim('height', min=least),
+                                     3: dim('width', min=least)}}
+    # (onnxscript's optimizer logs every operator it leaves unfolded)
+    quiet = logging.getLogger('onnxscript')
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with export_friendly(model), torch.no_grad():
+            program = torch.onnx.export(
+                graph, (example, ), dynamo=True,
+                dynamic_shapes=dynamic_shapes, opset_version=opset,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                verbose=False)
+    finally:
+        quiet.setLevel(level)
+    for key, value in (metadata or {}).items():
+        program.model.metadata_props[key] = value
+    program.save(out)
+    return out
+
+
+def non_standard_ops(path: str) -> List[str]:
+    """``domain::op`` of every node outside standard ONNX (should be
+    none: no custom operators), functions included."""
+    import onnx
+    proto = onnx.load(path, load_external_data=False)
+    nodes = list(proto.graph.node)
+    for function in proto.functions:
+        nodes += list(function.node)
+    return sorted({f'{n.domain}::{n.op_type}' for n in nodes
+                   if n.domain not in STANDARD_DOMAINS})
+
+
+def onnx_parity(model: nn.Module,
+                path: str,
+                shapes: Sequence[Shape],
+                export_shape: Optional[Shape] = None,
+                seed: int = 0) -> List[Parity]:
+    """Run the graph at ``path`` with onnxruntime (CPU) and ``model`` in
+    PyTorch (default operators, mmseg's own code) on the same random
+    normalised inputs, one per size in ``shapes``."""
+    import numpy as np
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only
+    session = ort.InferenceSession(path, options,
+                                   providers=['CPUExecutionProvider'])
+    graph = SegLogits(model).eval()
+    generator = torch.Generator().manual_seed(seed)
+    results = []
+    for shape in shapes:
+        x = torch.randn(1, 3, *shape, generator=generator)
+        with torch.no_grad(), fast.fast_path(False):
+            expected = graph(x).numpy()
+        try:
+            got = session.run([OUTPUT_NAME], {INPUT_NAME: x.numpy()})[0]
+        except Exception as exc:  # onnxruntime raises its own types
+            raise RuntimeError(f'onnxruntime failed at {shape[0]}x'
+                               f'{shape[1]}: {exc}') from exc
+        if got.shape != expected.shape:
+            raise RuntimeError(f'onnxruntime returned {got.shape} at '
+                               f'{shape}, PyTorch {expected.shape}')
+        results.append(Parity(
+            shape=tuple(shape),
+            max_abs_diff=float(np.abs(got - expected).max()),
+            argmax_agreement=float(
+                (got.argmax(1) == expected.argmax(1)).mean()),
+            export_shape=tuple(shape) == tuple(export_shape or ())))
+    return results
+
+
+def preprocessing_metadata(model: nn.Module) -> Dict[str, str]:
+    """What the graph expects its input to have been through."""
+    pre = getattr(model, 'data_preprocessor', None)
+    meta = {'input': 'normalised image (1, 3, H, W) float32, after mmseg '
+            'data preprocessing', 'output': 'seg_logits (1, classes, H, W): '
+            'whole-mode logits resized to the input size'}
+    if pre is not None and getattr(pre, '_enable_normalize', False):
+        meta['mean'] = json.dumps(pre.mean.flatten().tolist())
+        meta['std'] = json.dumps(pre.std.flatten().tolist())
+    if pre is not None:
+        meta['bgr_to_rgb'] = str(bool(getattr(pre, '_channel_conversion',
+                                              False)))
+    classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')
+    if classes:
+        meta['classes'] = json.dumps(list(classes))
+    return meta
+
+
+def export_and_check(config: str,
+                     checkpoint: str,
+                     out: str,
+                     shape: Shape,
+                     dynamic: bool = False,
+                     opset: Optional[int] = None,
+                     other_shapes: Sequence[Shape] = (),
+                     cfg_options: Optional[dict] = None,
+                     min_agreement: float = MIN_AGREEMENT,
+                     log=print) -> Dict[str, Any]:
+    """Load ``config`` with ``checkpoint`` (weights-only, refused when it
+    does not fit), export it to ``out`` and check it with onnxruntime at
+    ``shape`` and, for a ``dynamic`` graph, at ``other_shapes`` (default:
+    one non-square size). Raises :class:`ToolError` on bad input or when
+    the argmax agreement at any size is below ``min_agreement``. Returns
+    the report (also what ``--json`` writes)."""
+    from mmseg_whitebox.compat import UnsafeCheckpointError
+    from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
+                                                        init_model)
+    from mmseg_whitebox.utils.cli import check_checkpoint, read_config
+
+    require_deploy_packages()
+    shape = _shape(shape, '--shape')
+    other_shapes = [_shape(s, '--check-shape') for s in other_shapes]
+    if other_shapes and not dynamic:
+        raise ToolError('--check-shape needs --dynamic: a static graph runs '
+                        'at its export shape only')
+    if not 0 < min_agreement <= 1:
+        raise ToolError(f'--min-agreement must be in (0, 1], got '
+                        f'{min_agreement}')
+    if osp.isdir(out):
+        raise ToolError(f'--out {out!r} is a folder; give a file name')
+    if not checkpoint:
+        raise ToolError('a checkpoint is needed')
+    check_checkpoint(checkpoint)
+    cfg = read_config(config, cfg_options)
+    try:
+        model = init_model(cfg, checkpoint, device='cpu')
+    except (CheckpointError, UnsafeCheckpointError) as exc:
+        raise ToolError(str(exc)) from exc
+    model.eval()
+    shapes = [shape]
+    if dynamic:
+        shapes += other_shapes or [default_check_shape(model, shape)]
+    check_shapes(model, shapes)
+    test_cfg = cfg.model.get('test_cfg') or {}
+    if test_cfg.get('mode') == 'slide':
+        log(f'note: the config infers with a sliding window (crop '
+            f'{test_cfg.get("crop_size")}); the graph is the whole-image '
+            'forward: export at the crop size and tile as mmseg does, or '
+            'run it on whole images')
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    kind = 'dynamic H, W' if dynamic else 'static'
+    log(f'exporting {osp.basename(config)} at {shape[0]}x{shape[1]} '
+        f'({kind}) to {out}')
+    export_onnx(model, out, shape, dynamic=dynamic, opset=opset,
+                metadata=preprocessing_metadata(model))
+    custom = non_standard_ops(out)
+    if custom:
+        raise RuntimeError(f'the graph has non-standard operators: {custom}')
+    results = onnx_parity(model, out, shapes, export_shape=shape)
+    log('onnxruntime (CPU) against PyTorch:')
+    for result in results:
+        log(f'  {result}')
+    report = dict(config=config, checkpoint=checkpoint, onnx=out,
+                  dynamic=dynamic, opset=opset,
+                  parity=[asdict(r) for r in results])
+    check_agreement(results, min_agreement, out)
+    return report
+
+
+def check_agreement(results: Sequence[Parity], min_agreement: float,
+                    out: str) -> None:
+    """A :class:`ToolError` (the tool's non-zero exit) when the argmax
+    agreement at any size is below ``min_agreement``."""
+    bad = [r for r in results if r.argmax_agreement < min_agreement]
+    if bad:
+        raise ToolError(
+            'the ONNX graph disagrees with PyTorch: argmax agreement below '
+            f'{100 * min_agreement:.1f}% at ' +
+            ', '.join(f'{r.shape[0]}x{r.shape[1]}' for r in bad) +
+            f' (the graph is at {out})')
+
+
+def _shape(shape: Sequence[int], option: str) -> Shape:
+    values = tuple(int(v) for v in shape)
+    if len(values) != 2 or min(values) < 1:
+        raise ToolError(f'{option} takes two positive sizes H W, got '
+                        f'{" ".join(str(v) for v in shape)}')
+    return values

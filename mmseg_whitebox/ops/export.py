@@ -1,0 +1,43 @@
+"""Export-friendly forms of what the operators compute, used only while
+``torch.export`` or an ONNX exporter records the model
+(``tools/deployment/export_onnx.py``); the default path stays the paper's.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+
+def exporting() -> bool:
+    """Whether ``torch.export`` or an ONNX exporter records this call (not
+    plain tracing: mmengine's FLOP count traces the default path)."""
+    is_exporting = getattr(getattr(torch, 'compiler', None), 'is_exporting',
+                           None)
+    return bool((is_exporting is not None and is_exporting())
+                or torch.onnx.is_in_onnx_export())
+
+
+def pooling_weights(size: int, out: int, like: torch.Tensor) -> torch.Tensor:
+    """``(out, size)``: adaptive average pooling along one axis as a
+    matrix (cell ``i`` averages ``floor(i*size/out) <= j <
+    ceil((i+1)*size/out)``, as ``adaptive_avg_pool2d``)."""
+    cell = torch.arange(out, device=like.device)
+    start = torch.div(cell * size, out, rounding_mode='floor')
+    end = torch.div((cell + 1) * size + out - 1, out, rounding_mode='floor')
+    pos = torch.arange(size, device=like.device)
+    inside = ((pos >= start[:, None]) & (pos < end[:, None])).to(like.dtype)
+    return inside / inside.sum(-1, keepdim=True)
+
+
+def adaptive_avg_pool2d(grid: torch.Tensor,
+                        out: Tuple[int, int]) -> torch.Tensor:
+    """``adaptive_avg_pool2d(grid, out)`` as ``P_h grid P_w^T``, for
+    export: the pooling cells are computed from the grid size in the graph
+    (standard ONNX ops, any ``H x W``), where exporters either refuse a
+    non-dividing grid (TorchScript) or bake the export size's cells in
+    (dynamo)."""
+    h, w = grid.shape[-2:]
+    rows = pooling_weights(h, out[0], grid)
+    cols = pooling_weights(w, out[1], grid)
+    return torch.matmul(torch.matmul(rows, grid), cols.t())

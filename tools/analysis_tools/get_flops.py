@@ -1,0 +1,64 @@
+"""Whole-model and per-module FLOPs and parameters of a segmentor config.
+
+    python tools/analysis_tools/get_flops.py CONFIG [--shape H [W]] \
+        [--depth 3] [--json FILE] [--cfg-options k=v ...]
+
+Traces the encoder and decode head once on a 1 x 3 x H x W input
+(default: the config's crop size) with mmengine's FlopAnalyzer, with the
+attention products the white-box operators and mmseg's ViT use counted
+(mmseg_whitebox.analysis.complexity). One fused multiply-add counts as one
+flop, as in mmengine and fvcore; papers that count 2 per multiply-add give
+twice these figures. Weights are random: FLOPs do not depend on them.
+"""
+import argparse
+import json
+
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.analysis.model_complexity import (config_complexity,
+                                                      default_shape)
+from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
+                                      read_config, run_tool)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split('\n\n', 1)[1])
+    p.add_argument('config')
+    p.add_argument('--shape', type=int, nargs='+', metavar='SIZE',
+                   help='input height and width (one value: square; '
+                   'default: the config\'s crop size)')
+    p.add_argument('--depth', type=int, default=3,
+                   help='module levels in the table (default 3)')
+    p.add_argument('--json', help='also write the totals to this file')
+    add_cfg_options_arg(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.shape is not None and (len(args.shape) not in (1, 2) or
+                                   min(args.shape) < 1):
+        raise ToolError('--shape takes one or two positive sizes (H [W]), '
+                        f'got {args.shape}')
+    cfg = read_config(args.config, args.cfg_options)
+    shape = default_shape(cfg) if args.shape is None else (
+        args.shape * 2 if len(args.shape) == 1 else args.shape)
+    try:
+        result = config_complexity(cfg, shape, max_depth=args.depth)
+    except ValueError as exc:  # e.g. a CBSA grid larger than the tokens
+        raise ToolError(f'the model cannot run at {shape[0]}x{shape[1]}: '
+                        f'{exc}') from None
+    print(result.table)
+    print()
+    print(result.summary())
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(result.to_dict(), config=args.config), f,
+                      indent=2)
+    return result
+
+
+if __name__ == '__main__':
+    run_tool(main)

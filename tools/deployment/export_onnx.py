@@ -1,0 +1,71 @@
+"""Export a segmentor to ONNX and check it with onnxruntime against PyTorch.
+
+    python tools/deployment/export_onnx.py CONFIG CHECKPOINT --shape H W \
+        --out FILE [--dynamic] [--check-shape H W ...] [--opset N] \
+        [--json REPORT] [--cfg-options k=v ...]
+
+The whole segmentor (encoder + decode head, white-box or Segmenter) in
+tensor mode, plus the bilinear resize to the input size: the graph maps a
+normalised image (1, 3, H, W) (after mmseg's data preprocessing: mean/std,
+BGR->RGB; stored in the model's metadata) to the seg_logits (1, classes,
+H, W) that inference_model returns in whole mode. Exported with torch's
+dynamo exporter, standard ONNX operators only; --dynamic leaves H and W
+free (any size of at least one token per side, and as many as CBSA's
+representatives grid needs).
+
+The graph is then run with onnxruntime (CPU) and compared with PyTorch on
+random inputs at the export shape and, with --dynamic, at --check-shape
+sizes (default: one non-square size). It prints the largest logit
+difference and the argmax agreement per size, and fails (exit status 2) if
+the agreement anywhere is below --min-agreement (99.9%). Needs the deploy
+extra: pip install -c constraints.txt -e ".[deploy]".
+"""
+import argparse
+import json
+
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.cli import add_cfg_options_arg, run_tool
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split('\n\n', 1)[1])
+    p.add_argument('config')
+    p.add_argument('checkpoint')
+    p.add_argument('--shape', type=int, nargs=2, required=True,
+                   metavar=('H', 'W'), help='input size of the export')
+    p.add_argument('--out', required=True, help='the .onnx file to write')
+    p.add_argument('--dynamic', action='store_true',
+                   help='free input height and width (batch stays 1)')
+    p.add_argument('--check-shape', type=int, nargs=2, action='append',
+                   default=[], metavar=('H', 'W'),
+                   help='with --dynamic: another size to check (repeatable; '
+                   'default: 3/4 of H x 5/4 of W in whole patches)')
+    p.add_argument('--opset', type=int, default=None,
+                   help='ONNX opset (default: the exporter\'s)')
+    p.add_argument('--min-agreement', type=float, default=0.999,
+                   help='fail below this argmax agreement (default 0.999)')
+    p.add_argument('--json', help='also write the parity report here')
+    add_cfg_options_arg(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mmseg_whitebox.deployment.onnx_export import export_and_check
+    report = export_and_check(
+        args.config, args.checkpoint, args.out, args.shape,
+        dynamic=args.dynamic, opset=args.opset,
+        other_shapes=args.check_shape, cfg_options=args.cfg_options,
+        min_agreement=args.min_agreement)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(report, f, indent=2)
+    print(f'wrote {args.out}')
+    return report
+
+
+if __name__ == '__main__':
+    run_tool(main)

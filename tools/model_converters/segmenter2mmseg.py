@@ -1,0 +1,148 @@
+"""Convert a published Segmenter, DEPICT or CBT checkpoint for this
+project's configs.
+
+    python tools/model_converters/segmenter2mmseg.py SRC DST \
+        [--variant VARIANT_YML] [--config CONFIG] [--out-config FILE] \
+        [--released-gradients]
+
+SRC: a checkpoint of the Segmenter codebase (``rstrudel/segmenter``) or
+of its DEPICT (``QishuaiWen/DEPICT``, SA or CA) and CBT
+(``QishuaiWen/CBSA``, ``CBSA_semantic_segmentation``) forks: a
+``checkpoint.pth`` with the model under ``model`` (``encoder.*``,
+``decoder.*``), read weights-only. ``--variant`` (default: the
+``variant.yml`` beside SRC, as the released code reads it): its
+``net_kwargs`` (encoder sizes, heads, image size, patch size, ``n_cls``,
+decoder kwargs) are checked against the weights; without one, the sizes
+come from the weights alone.
+
+The decoder is recognised from the keys and the config picked from this
+project's (``--config`` to choose): the Segmenter mask decoder goes to
+mmseg's ``SegmenterMaskTransformerHead``, the linear one to ``FCNHead``
+(``num_convs=0``), DEPICT to ``MSSAHead`` (``mode='sa'``/``'ca'``), CBT to
+``CBSAHead``; the encoder always to mmseg's ``VisionTransformer``. What
+the checkpoint needs beyond the config (sizes, ``patch_bias=True``, the
+released LayerNorm eps 1e-5, the class count) is written to a config
+that inherits it (``--out-config``, default ``DST`` with ``.py``), and
+the converted weights are loaded into that model with ``strict=True``
+before anything is written. DST is a weights-only ``dict(state_dict=...,
+meta=...)`` for ``init_model(OUT_CONFIG, DST)`` or ``tools/test.py``.
+
+CBT and gradients: the CBSA paper's eq. 5 stops the gradient through the
+pooled initial representatives, as this project's ``CBSA`` does by
+default; the released CBT decoder does not. Inference is the same either
+way. To fine-tune a converted CBT checkpoint as the released code trains,
+set ``attn_cfg=dict(rep_stop_grad=False)`` in the head
+(``--released-gradients`` writes it into the config).
+
+The encoder's ImageNet classifier is dropped; any key that cannot be
+mapped, a disagreement between weights and ``variant.yml`` or a failed
+strict load stops the conversion with the list of keys, and nothing is
+written.
+"""
+import argparse
+import os
+import os.path as osp
+import pprint
+
+import torch
+from mmengine.config import Config
+
+import mmseg_whitebox  # noqa: F401  (compat first, registers the heads)
+from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.state_dicts import read_state_dict
+
+CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(
+    osp.abspath(__file__)))), 'configs')
+
+
+def dataset_meta(cfg: Config, num_classes: int) -> dict:
+    """The config's dataset classes and palette, if there are as many
+    classes as the checkpoint predicts (what ``init_model`` shows)."""
+    from mmseg.registry import DATASETS
+    try:
+        dataset = cfg.test_dataloader.dataset
+        # the project's CheckedSegDataset wraps mmseg's dataset_type
+        meta = DATASETS.get(dataset.get('dataset_type',
+                                        dataset.type)).METAINFO
+    except Exception:  # no dataset in the config, or an unknown type
+        return {}
+    if len(meta.get('classes', ())) != num_classes:
+        return {}
+    return dict(classes=list(meta['classes']),
+                palette=[list(c) for c in meta['palette']])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('src', help='Segmenter/DEPICT/CBT checkpoint.pth')
+    p.add_argument('dst', help='where to write the mmseg checkpoint')
+    p.add_argument('--variant', help='variant.yml (default: beside SRC)')
+    p.add_argument('--config', help="this project's config to start from "
+                   '(default: picked from the decoder, size and classes)')
+    p.add_argument('--out-config', help='where to write the config for DST '
+                   '(default: DST with .py)')
+    p.add_argument('--released-gradients', action='store_true',
+                   help='CBT: no stop-gradient on the pooled '
+                   'representatives (attn_cfg.rep_stop_grad=False), as '
+                   'the released code fine-tunes')
+    args = p.parse_args(argv)
+    variant = args.variant or osp.join(osp.dirname(osp.abspath(args.src)),
+                                       'variant.yml')
+    out_config = args.out_config or osp.splitext(args.dst)[0] + '.py'
+    try:
+        state = read_state_dict(args.src)
+        net = (sc.read_variant(variant)
+               if args.variant or osp.isfile(variant) else None)
+        model = sc.describe(state, net)
+        converted, dropped, unmapped = sc.segmenter_to_mmseg(state,
+                                                             model.kind)
+        if unmapped:
+            raise ValueError(
+                f'{len(unmapped)} keys of {args.src} cannot be mapped onto '
+                f'the {model.kind} model: {", ".join(unmapped)}' +
+                ('; distilled DeiT encoders (dist_token) have no '
+                 "counterpart in mmseg's VisionTransformer"
+                 if 'encoder.dist_token' in unmapped else ''))
+        if args.released_gradients and model.kind != 'cbt':
+            raise ValueError('--released-gradients is for CBT checkpoints')
+        config = args.config or sc.pick_config(model, CONFIGS)
+        if not osp.isfile(config):
+            raise ValueError(f'config {config!r} does not exist')
+        cfg = Config.fromfile(config)
+        overrides = sc.differences(
+            dict(model=sc.model_settings(model, args.released_gradients)),
+            dict(model=cfg.model.to_dict()))
+        cfg.merge_from_dict(overrides)
+        sc.load_strictly(cfg.model.to_dict(), converted)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
+    meta = dict(converted_from=osp.basename(args.src), decoder=model.kind,
+                config=osp.abspath(config), overrides=overrides,
+                variant=net or {},
+                dataset_meta=dataset_meta(cfg, model.n_cls))
+    if not meta['dataset_meta']:
+        del meta['dataset_meta']
+    for path in (args.dst, out_config):
+        os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    with open(out_config, 'w', encoding='utf-8') as f:
+        f.write(f'# {model.kind} checkpoint {osp.basename(args.src)}, '
+                'converted by tools/model_converters/segmenter2mmseg.py\n'
+                f'_base_ = {osp.abspath(config)!r}\n')
+        settings = sc.nested(overrides).get('model')
+        if settings:
+            f.write(f'model = {pprint.pformat(settings, sort_dicts=False)}\n')
+    torch.save(dict(state_dict=converted, meta=meta), args.dst)
+    print(f'{model.kind} checkpoint -> {args.dst} ({len(converted)} tensors, '
+          'loaded strictly)' +
+          (f'; dropped the classifier ({", ".join(dropped)})'
+           if dropped else ''))
+    print(f'config: {out_config} (inherits {osp.relpath(config)}' +
+          (f'; sets {", ".join(k[6:] for k in overrides)})'
+           if overrides else ')'))
+    for note in model.notes:
+        print(f'note: {note}')
+
+
+if __name__ == '__main__':
+    run_tool(main)

@@ -196,8 +196,9 @@ def test_peak_memory_sees_an_allocation():
 
 def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
     out = tmp_path / 'bench'
-    proc = run_tool([BENCH, '--encoder', 's', '--sizes', '64', '128',
-                     '64x128', '--repeats', '2', '--warmup', '1',
+    # the smallest token grid CBSA's 10x10 representatives allow, and more
+    proc = run_tool([BENCH, '--encoder', 's', '--sizes', '160', '224',
+                     '160x320', '--repeats', '2', '--warmup', '1',
                      '--heads', 'segmenter', 'linear', 'cbsa', 'cbsa-fast',
                      'cbsa-straightforward', 'tssa', '--out', str(out)])
     assert 'slopes of cost vs tokens' in proc.stdout
@@ -207,16 +208,16 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
     report = json.loads((out / 'benchmark.json').read_text())
     rows = {(r['head'], r['size']): r for r in report['results']}
     assert len(rows) == 18
-    seg, cbsa = rows[('segmenter', '64x128')], rows[('cbsa', '64x128')]
-    assert cbsa['grid'] == [4, 8] and cbsa['tokens'] == 32
+    seg, cbsa = rows[('segmenter', '160x320')], rows[('cbsa', '160x320')]
+    assert cbsa['grid'] == [10, 20] and cbsa['tokens'] == 200
     for key in ('flops', 'params', 'fwd_ms', 'train_ms'):
         assert cbsa[key] > 0
         assert cbsa[f'{key}_vs_segmenter'] == pytest.approx(cbsa[key] /
                                                             seg[key])
-    assert rows[('linear', '64x64')].get('flops_vs_segmenter', 0) < 0.05
-    straight = rows[('cbsa-straightforward', '128x128')]
+    assert rows[('linear', '160x160')].get('flops_vs_segmenter', 0) < 0.05
+    straight = rows[('cbsa-straightforward', '224x224')]
     for name in ('cbsa', 'cbsa-fast'):  # same function, same parameters
-        row = rows[(name, '128x128')]
+        row = rows[(name, '224x224')]
         assert row['max_abs_diff_vs_straightforward'] < 1e-5
         assert row['params'] == straight['params']
         assert row['fwd_ms_vs_straightforward'] == pytest.approx(
@@ -237,3 +238,32 @@ def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
     assert proc.returncode == 2
     assert "error: no config for head 'linear' with ViT-t" in proc.stderr
     assert not (tmp_path / 'x').exists()
+
+
+ENCODER_BENCH = 'tools/analysis_tools/benchmark_encoders.py'
+
+
+def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
+    out = tmp_path / 'bench'
+    proc = run_tool([ENCODER_BENCH, '--size', 't', '--encoders', 'vit',
+                     'cbt', 'cbsa-vit', '--sizes', '256', '256x384',
+                     '--flops-sizes', '256', '--repeats', '1', '--warmup',
+                     '0', '--out', str(out)])
+    assert 'encoder forward / ViT' in proc.stdout
+    for name in ('benchmark.json', 'benchmark.md', 'benchmark.png'):
+        assert osp.getsize(out / name) > 0
+    report = json.loads((out / 'benchmark.json').read_text())
+    rows = {(r['head'], r['size']): r for r in report['results']}
+    assert len(rows) == 6
+    vit, cbt = rows[('vit', '256x256')], rows[('cbt', '256x256')]
+    for key in ('enc_flops', 'seg_flops', 'enc_fwd_ms', 'seg_fwd_ms',
+                'enc_train_ms', 'enc_mem_fwd'):
+        assert cbt[key] > 0
+        assert cbt[f'{key}_vs_vit'] == pytest.approx(cbt[key] / vit[key])
+    assert cbt['seg_flops'] > cbt['enc_flops']
+    assert 'enc_flops' not in rows[('cbt', '256x384')]  # --flops-sizes
+    # the CBSA-adapted ViT has the ViT's parameters, the patch-embedding
+    # bias timm's weights have, and two step sizes per head and layer
+    assert rows[('cbsa-vit', '256x256')]['enc_params'] == (
+        vit['enc_params'] + 192 + 12 * 2 * 3)
+    assert 'enc_fwd_ms' in report['slopes']['cbt']

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.ops import fast_path
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import (extrapolate_loglog, loglog_slope, median, peak_memory,
-                        time_interleaved)
+from .benchmark import (available_memory, extrapolate_loglog, loglog_slope,
+                        median, peak_memory, time_interleaved)
 from .complexity import decode_head_complexity
 
 # head name -> config (relative to configs/, {enc} = t|s|b|l)
@@ -273,8 +273,19 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
             diff = (outputs[STRAIGHTFORWARD] - outputs[name]).abs().max()
             by_name[name]['max_abs_diff_vs_straightforward'] = float(diff)
     outputs.clear()
-    # timing: all heads in interleaved rounds, forward then training
-    for kind in ('fwd', 'train'):
+    time_rows(rows, runnable, ('fwd', 'train'), options, device)
+    for row in rows:
+        print('  ' + describe_row(row), flush=True)
+    return rows
+
+
+def time_rows(rows: List[Dict], runnable: Dict[str, Dict[str, Callable]],
+              kinds: Sequence[str], options: BenchmarkOptions,
+              device: torch.device) -> None:
+    """Time every kind of call (``runnable[head][kind]``) of all heads in
+    interleaved rounds, kind after kind, into ``row['<kind>_ms']`` (the
+    median) and ``row['<kind>_calls']``."""
+    for kind in kinds:
         fns = {name: f[kind] for name, f in runnable.items() if kind in f}
         if not fns:
             continue
@@ -285,9 +296,23 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                 t = times[row['head']]
                 row[f'{kind}_ms'] = 1e3 * median(t)
                 row[f'{kind}_calls'] = len(t)
-    for row in rows:
-        print('  ' + describe_row(row), flush=True)
-    return rows
+
+
+def prepare_run(device_name: str, threads: Optional[int],
+                memory_limit_gb: Optional[float]
+                ) -> Tuple[torch.device, Optional[int]]:
+    """The device (``ValueError`` if CUDA is asked for and missing), the
+    CPU threads set, and the memory budget in bytes (``memory_limit_gb``,
+    else 80% of what is available now)."""
+    device = torch.device(device_name)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError('--device cuda, but torch sees no CUDA device')
+    if threads:
+        torch.set_num_threads(threads)
+    if memory_limit_gb:
+        return device, int(memory_limit_gb * 2**30)
+    avail = available_memory(device)
+    return device, int(0.8 * avail) if avail else None
 
 
 # ------------------------------------------------------------- reporting

@@ -19,10 +19,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import median, peak_memory, time_interleaved
+from .benchmark import peak_memory
 from .complexity import flop_analyzer
 from .decoder_benchmark import (BenchmarkOptions, autocast, cell,
-                                describe_row, over_limit)
+                                describe_row, over_limit, time_rows)
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
 ENCODER_CONFIGS = {
@@ -68,6 +68,7 @@ def build_segmentors(names: List[str], size: str, device: torch.device,
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
+    from mmseg_whitebox.robustness.evaluation import quiet_logging
     init_default_scope('mmseg')
     models = {}
     for name in names:
@@ -76,7 +77,8 @@ def build_segmentors(names: List[str], size: str, device: torch.device,
         cfg.model.backbone.init_cfg = None
         torch.manual_seed(seed)
         model = MODELS.build(cfg.model)
-        model.init_weights()
+        with quiet_logging():  # not mmengine's per-parameter init report
+            model.init_weights()
         models[name] = model.to(device).eval()
     return models
 
@@ -157,15 +159,8 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
                 p.numel() for p in model.backbone.parameters())
         runnable[name] = fns
         past.append(row)
-    for kind in ('enc_fwd', 'seg_fwd', 'enc_train'):
-        fns = {name: f[kind] for name, f in runnable.items() if kind in f}
-        if not fns:
-            continue
-        times = time_interleaved(fns, device, options.repeats,
-                                 options.warmup, options.max_seconds)
-        for row in rows:
-            if row['head'] in times:
-                row[f'{kind}_ms'] = 1e3 * median(times[row['head']])
+    time_rows(rows, runnable, ('enc_fwd', 'seg_fwd', 'enc_train'), options,
+              device)
     for row in rows:
         print('  ' + describe_row(dict(row, fwd_ms=row.get('enc_fwd_ms'),
                                        train_ms=row.get('enc_train_ms'),

@@ -23,12 +23,10 @@ import os
 import os.path as osp
 from typing import Dict, List
 
-import torch
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import decoder_benchmark as decoders
 from mmseg_whitebox.analysis import encoder_benchmark as bench
-from mmseg_whitebox.analysis.benchmark import available_memory
 from mmseg_whitebox.utils.cli import ToolError, run_tool
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
@@ -100,22 +98,17 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ToolError('--device cuda, but torch sees no CUDA device')
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    try:
+        device, memory_limit = decoders.prepare_run(
+            args.device, args.threads, args.memory_limit_gb)
+    except ValueError as exc:
+        raise ToolError(str(exc))
     try:
         models = bench.build_segmentors(args.encoders, args.size, device,
                                         args.seed, CONFIG_ROOT)
     except FileNotFoundError as exc:
         raise ToolError(str(exc))
     os.makedirs(args.out, exist_ok=True)
-    if args.memory_limit_gb:
-        memory_limit = int(args.memory_limit_gb * 2**30)
-    else:
-        avail = available_memory(device)
-        memory_limit = int(0.8 * avail) if avail else None
     options = decoders.BenchmarkOptions(
         repeats=args.repeats, warmup=args.warmup,
         max_seconds=args.max_seconds, backward=not args.no_backward,

@@ -25,7 +25,7 @@ $(STAMP): $(PY) requirements.txt constraints.txt pyproject.toml mmseg_whitebox/s
 	@# torch first and alone, so pip takes the CPU build (see constraints.txt);
 	@# an existing torch (e.g. a CUDA build) is kept
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) torch==2.13.0
-	$(PIP) install $(PIP_C) -e ".[tests,deploy]"
+	$(PIP) install $(PIP_C) -e ".[tests,deploy,corruptions]"
 	@# mmcv-lite unless an mmcv (e.g. a compiled one) is already there
 	$(PY) -c "import mmcv" 2>/dev/null || $(PIP) install $(PIP_C) "mmcv-lite>=2.0.0rc4,<2.2.0"
 	@# startup hook (mmseg_whitebox_startup.pth in site-packages): the compat

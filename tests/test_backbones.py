@@ -1,6 +1,8 @@
 """The white-box backbone: every operator and feed-forward as an mmseg
 backbone, any input size, CLS token or none, activation checkpointing,
 frozen stages, and the same operator classes as the decode heads."""
+import re
+
 import pytest
 import torch
 from mmengine.registry import init_default_scope
@@ -8,6 +10,8 @@ from mmengine.registry import init_default_scope
 from mmseg_whitebox.models.layers import PreNormResidual, WhiteBoxBlock
 from mmseg_whitebox.ops import CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA
 from mmseg_whitebox.robustness.sites import find_attention_sites
+
+from _helpers import demo_configs, run_tool, small_run_options
 
 SMALL = dict(num_heads=2, head_dim=8)
 VARIANTS = {
@@ -182,3 +186,21 @@ def test_operators_keep_their_own_initialisation():
     model = build('crate')
     std = model.layers[0].attn.proj.weight.std().item()
     assert std == pytest.approx(32**-0.5, rel=0.2)
+
+
+@pytest.mark.parametrize('name', ['crate', 'tost'])
+def test_white_box_encoders_train_through_the_tools(name, tiny_ade,
+                                                    tmp_path):
+    """The CRATE and ToST demo models (CBSA head) train from scratch with
+    mmseg's runner: the loss falls (the CBT demo model is trained to a
+    rising mIoU in tests/test_heads.py)."""
+    iters = 30
+    opts = small_run_options(tiny_ade, iters=iters, batch_size=4) + [
+        'train_dataloader.dataset.data_prefix.img_path=images/training']
+    proc = run_tool(['tools/train.py', demo_configs()[name], '--work-dir',
+                     str(tmp_path), '--cfg-options'] + opts)
+    losses = [float(v) for v in re.findall(
+        r'Iter\(train\).*? loss: ([\d.]+)', proc.stdout + proc.stderr)]
+    assert len(losses) == iters, losses
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.8 * first, losses

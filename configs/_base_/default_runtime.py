@@ -16,6 +16,11 @@ log_level = 'INFO'
 load_from = None
 resume = False
 # Checkpoints store their training state as plain data so that they load
-# with torch.load(weights_only=True) (see mmseg_whitebox.compat).
-custom_hooks = [dict(type='WeightsOnlyCheckpointHook')]
+# with torch.load(weights_only=True) (see mmseg_whitebox.compat), and
+# torch's random state, so that --resume continues bitwise as if the run
+# had not stopped (RNGStateCheckpointHook).
+custom_hooks = [
+    dict(type='RNGStateCheckpointHook'),
+    dict(type='WeightsOnlyCheckpointHook')
+]
 tta_model = dict(type='SegTTAModel')

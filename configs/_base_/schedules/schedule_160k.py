@@ -20,6 +20,10 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=16000),
+    # the last 3 interval checkpoints and the best by validation mIoU
+    # (best_mIoU_iter_*.pth); schedule_80k inherits both settings
+    checkpoint=dict(
+        type='CheckpointHook', by_epoch=False, interval=16000,
+        max_keep_ckpts=3, save_best='mIoU'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))

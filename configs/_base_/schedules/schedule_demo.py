@@ -31,8 +31,10 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
+    # the last checkpoint and the best by validation mIoU
+    # (best_mIoU_iter_*.pth)
     checkpoint=dict(
         type='CheckpointHook', by_epoch=False, interval=800,
-        max_keep_ckpts=1),
+        max_keep_ckpts=1, save_best='mIoU'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))

@@ -1,3 +1,4 @@
+from .rng_state_hook import RNGStateCheckpointHook
 from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
-__all__ = ['WeightsOnlyCheckpointHook']
+__all__ = ['RNGStateCheckpointHook', 'WeightsOnlyCheckpointHook']

@@ -1,0 +1,172 @@
+"""Peak resident memory of inference on one large image, mmseg's default
+``EncoderDecoder`` against :class:`~mmseg_whitebox.models.segmentors.
+BoundedMemoryEncoderDecoder`, and how often their predictions agree.
+
+The pieces behind ``tools/analysis_tools/large_image_memory.py``. Each
+large-image measurement runs in a fresh interpreter (``python -m
+mmseg_whitebox.analysis.large_image_memory SPEC``), so that the resident
+high-water mark (``VmHWM``) belongs to one path only; its address space can
+be capped (``RLIMIT_AS``), so that mmseg's path fails with an allocation
+error instead of driving a small machine into swapping or the OOM killer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import os.path as osp
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+BOUNDED_TYPE = 'BoundedMemoryEncoderDecoder'
+GIB = 1024 ** 3
+
+
+def write_test_image(path: str, height: int, width: int,
+                     seed: int = 0) -> str:
+    """A smooth random colour image (regions and gradients, not noise) of
+    ``height`` x ``width`` saved as ``path`` (JPEG or PNG by suffix)."""
+    import cv2
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, size=(max(2, height // 200),
+                                       max(2, width // 200), 3),
+                         dtype=np.uint8)
+    img = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+    if not cv2.imwrite(path, img):
+        raise OSError(f'could not write {path!r}')
+    return path
+
+
+def model_options(bounded: bool, mode: Optional[str],
+                  options: Optional[Dict[str, Any]] = None
+                  ) -> Dict[str, Any]:
+    """``cfg_options`` of ``init_model`` for one path: ``options``, the
+    segmentor type and, if given, ``test_cfg.mode``."""
+    opts: Dict[str, Any] = dict(options or {})
+    if bounded:
+        opts['model.type'] = BOUNDED_TYPE
+    if mode is not None:
+        opts['model.test_cfg.mode'] = mode
+    return opts
+
+
+def build_model(config: str, checkpoint: Optional[str], bounded: bool,
+                mode: Optional[str], seed: int = 0,
+                options: Optional[Dict[str, Any]] = None):
+    """The model of ``config`` (with ``options`` merged) on the CPU, from
+    ``checkpoint`` or with random weights drawn from ``seed`` (the same for
+    both paths)."""
+    import torch
+    from mmseg.apis import init_model
+    torch.manual_seed(seed)
+    return init_model(config, checkpoint, device='cpu',
+                      cfg_options=model_options(bounded, mode, options))
+
+
+def _status_bytes(key: str) -> Optional[int]:
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(key + ':'):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Run one inference as ``spec`` says, in this process; returns the
+    process's peak RSS (``VmHWM``) and the rise of it during inference
+    (:func:`~mmseg_whitebox.analysis.benchmark.peak_memory`)."""
+    import torch
+    from mmseg.apis import inference_model
+
+    from mmseg_whitebox.analysis.benchmark import peak_memory
+    if spec.get('threads'):
+        torch.set_num_threads(int(spec['threads']))
+    model = build_model(spec['config'], spec.get('checkpoint'),
+                        spec['bounded'], spec.get('mode'),
+                        options=spec.get('options'))
+    limit = spec.get('memory_limit')
+    if limit:  # address space now plus the allowance
+        vm = _status_bytes('VmSize') or 0
+        resource.setrlimit(resource.RLIMIT_AS,
+                           (vm + int(limit), resource.RLIM_INFINITY))
+    start = time.perf_counter()
+    try:
+        with torch.no_grad():
+            rise, result = peak_memory(
+                lambda: inference_model(model, spec['image']),
+                torch.device('cpu'))
+    except (MemoryError, RuntimeError) as exc:
+        if 'memory' not in str(exc).lower() and not isinstance(
+                exc, MemoryError):
+            raise
+        return dict(ok=False, error=str(exc).splitlines()[0][:300],
+                    peak_rss=_status_bytes('VmHWM'))
+    seconds = time.perf_counter() - start
+    pred = result.pred_sem_seg.data
+    out = dict(ok=True, seconds=seconds, inference_rise=rise,
+               peak_rss=_status_bytes('VmHWM'),
+               pred_shape=list(pred.shape),
+               seg_logits_shape=list(result.seg_logits.data.shape))
+    if spec.get('save_pred'):
+        np.save(spec['save_pred'], pred.squeeze(0).numpy().astype(np.int16))
+    return out
+
+
+def measure_in_subprocess(spec: Dict[str, Any],
+                          timeout: float = 3600) -> Dict[str, Any]:
+    """:func:`measure` in a fresh interpreter (its own ``VmHWM``)."""
+    proc = subprocess.run(
+        [sys.executable, '-m', 'mmseg_whitebox.analysis.large_image_memory',
+         json.dumps(spec)], capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{')]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout)[-2000:]
+        if proc.returncode < 0:
+            return dict(ok=False, peak_rss=None,
+                        error=f'killed by signal {-proc.returncode} '
+                        '(out of memory?)')
+        raise RuntimeError(f'the measurement failed ({proc.returncode}):\n'
+                           f'{tail}')
+    return json.loads(lines[-1])
+
+
+def agreement(config: str, checkpoint: Optional[str], height: int,
+              width: int, mode: Optional[str] = None, seed: int = 0,
+              options: Optional[Dict[str, Any]] = None
+              ) -> Tuple[float, Dict[str, Any]]:
+    """Fraction of pixels where both paths predict the same class on a
+    ``height`` x ``width`` image, the shapes each stored and how many
+    classes the prediction holds (random weights often predict one class
+    everywhere, which makes any agreement trivial)."""
+    import torch
+    from mmseg.apis import inference_model
+    default = build_model(config, checkpoint, False, mode, seed, options)
+    bounded = build_model(config, checkpoint, True, mode, seed, options)
+    bounded.load_state_dict(default.state_dict())
+    with tempfile.TemporaryDirectory() as tmp:
+        image = write_test_image(osp.join(tmp, 'image.png'), height, width,
+                                 seed)
+        with torch.no_grad():
+            a = inference_model(default, image)
+            b = inference_model(bounded, image)
+    same = (a.pred_sem_seg.data == b.pred_sem_seg.data).double().mean()
+    return float(same), dict(
+        pred_shape=list(b.pred_sem_seg.data.shape),
+        classes=int(b.pred_sem_seg.data.unique().numel()),
+        default_seg_logits=list(a.seg_logits.data.shape),
+        bounded_seg_logits=list(b.seg_logits.data.shape))
+
+
+def format_bytes(n: Optional[int]) -> str:
+    return 'n/a' if n is None else f'{n / GIB:.2f} GiB'
+
+
+if __name__ == '__main__':
+    print(json.dumps(measure(json.loads(sys.argv[1]))))
+    sys.stdout.flush()
+    os._exit(0)  # skip freeing a large heap at exit

@@ -1,0 +1,167 @@
+"""An ``EncoderDecoder`` whose test-time memory does not grow with the
+original image size.
+
+mmseg's ``postprocess_result`` resizes the logits of every class to the
+original image size before the argmax: for one 4000x3000 image and 150
+classes that is a 7.2 GB float map (and copies of it), kept in the data
+sample as ``seg_logits``. The network itself only ever sees the image as the
+test pipeline resized it (e.g. 683x512), so the logits at that resolution
+are small. :class:`BoundedMemoryEncoderDecoder` makes the same prediction
+from them: it resizes and takes the argmax a band of rows at a time, with
+the source coordinates and weights of ``F.interpolate(mode='bilinear')``,
+and never holds a full-resolution float map.
+
+Differences from mmseg's ``EncoderDecoder`` (documented in the README):
+
+* ``pred_sem_seg`` is the same (full resolution, int64; up to rounding of
+  near-ties between two classes, below 1e-4 of the pixels);
+* ``seg_logits`` is kept at the network's input resolution (after padding
+  removal and flip, before the resize to ``ori_shape``) instead of the
+  original one; mmseg's ``IoUMetric``, ``SegVisualizationHook`` and
+  ``MMSegInferencer`` only read ``pred_sem_seg``;
+* test-time augmentation (``--tta``) averages full-resolution probabilities
+  of differently resized inputs, so it needs mmseg's ``EncoderDecoder``.
+
+Switch a config to it with
+``--cfg-options model.type=BoundedMemoryEncoderDecoder``; the weights and
+checkpoints are those of ``EncoderDecoder``.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from mmengine.structures import PixelData
+from mmseg.models.segmentors import EncoderDecoder
+from mmseg.registry import MODELS
+from mmseg.structures import SegDataSample
+from torch import Tensor
+
+#: default size of the float buffers of one band of output rows
+DEFAULT_TILE_BYTES = 64 * 1024 ** 2
+
+
+def _source_index(in_size: int, out_size: int, align_corners: bool,
+                  start: int, stop: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(i0, i1, lambda1)`` of output indices ``start..stop-1`` along one
+    axis, computed as PyTorch's CPU ``upsample_bilinear2d`` does (float32
+    scale and source coordinate, clamped at 0, last index repeated)."""
+    dst = torch.arange(start, stop, dtype=torch.float32)
+    if align_corners:
+        scale = (torch.tensor(in_size - 1, dtype=torch.float32) /
+                 (out_size - 1)) if out_size > 1 else torch.tensor(0.)
+        src = scale * dst
+    else:
+        scale = torch.tensor(in_size, dtype=torch.float32) / out_size
+        src = (scale * (dst + 0.5) - 0.5).clamp_min(0)
+    i0 = src.floor().long().clamp_max(in_size - 1)
+    lam = (src - i0.float()).clamp(0, 1)
+    i1 = (i0 + 1).clamp_max(in_size - 1)
+    return i0, i1, lam
+
+
+def resize_argmax_tiled(logits: Tensor,
+                        size: Tuple[int, int],
+                        align_corners: bool = False,
+                        threshold: Optional[float] = None,
+                        tile_bytes: int = DEFAULT_TILE_BYTES) -> Tensor:
+    """The prediction of ``logits`` (C, h, w) bilinearly resized to ``size``
+    (H, W), computed a band of rows at a time.
+
+    Equals ``resize(logits[None], size, mode='bilinear',
+    align_corners=align_corners)[0].argmax(0, keepdim=True)`` (with C == 1:
+    ``sigmoid > threshold`` as float) up to float rounding, but needs only
+    ``tile_bytes`` of float buffers instead of C x H x W floats. Rows are
+    interpolated with PyTorch's source coordinates, then each band is
+    resized along the width by ``F.interpolate`` itself."""
+    if logits.dim() != 3:
+        raise ValueError('logits must be (classes, height, width), got '
+                         f'shape {tuple(logits.shape)}')
+    channels, in_h, in_w = logits.shape
+    out_h, out_w = (int(s) for s in size)
+    if channels == 1 and threshold is None:
+        raise ValueError('one output channel needs the decode head\'s '
+                         'threshold (sigmoid > threshold)')
+    if channels > 1:
+        pred = torch.empty((1, out_h, out_w), dtype=torch.long,
+                           device=logits.device)
+    else:
+        pred = torch.empty((1, out_h, out_w), dtype=logits.dtype,
+                           device=logits.device)
+    row_bytes = max(1, channels * out_w * logits.element_size())
+    rows = max(1, min(out_h, tile_bytes // row_bytes))
+    for start in range(0, out_h, rows):
+        stop = min(out_h, start + rows)
+        if out_h == in_h:  # no vertical resize: rows map to themselves
+            band = logits[:, start:stop]
+        else:
+            i0, i1, lam = _source_index(in_h, out_h, align_corners, start,
+                                        stop)
+            i0, i1 = i0.to(logits.device), i1.to(logits.device)
+            lam = lam.to(logits)[None, :, None]
+            band = (logits.index_select(1, i0) * (1 - lam) +
+                    logits.index_select(1, i1) * lam)
+        if out_w != in_w:
+            # (C, t, w) -> (1, C * t, w): a 1-d linear resize per row, with
+            # F.interpolate's own coordinates along the width
+            band = F.interpolate(
+                band.reshape(1, -1, in_w), size=out_w, mode='linear',
+                align_corners=align_corners).reshape(channels, -1, out_w)
+        if channels > 1:
+            pred[0, start:stop] = band.argmax(dim=0)
+        else:
+            pred[0, start:stop] = (band[0].sigmoid() > threshold).to(pred)
+        del band
+    return pred
+
+
+@MODELS.register_module()
+class BoundedMemoryEncoderDecoder(EncoderDecoder):
+    """``EncoderDecoder`` that predicts large images without
+    full-resolution float logits (see the module docstring).
+
+    Args:
+        tile_bytes: size of the float buffers of one band of output rows
+            in the final resize; the rest of the arguments are
+            ``EncoderDecoder``'s.
+    """
+
+    def __init__(self, *args, tile_bytes: int = DEFAULT_TILE_BYTES,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if int(tile_bytes) <= 0:
+            raise ValueError(f'tile_bytes must be positive, got {tile_bytes}')
+        self.tile_bytes = int(tile_bytes)
+
+    def postprocess_result(self,
+                           seg_logits: Tensor,
+                           data_samples: Optional[List[SegDataSample]] = None
+                           ) -> List[SegDataSample]:
+        """``pred_sem_seg`` at the original size, ``seg_logits`` at the
+        network's input size (without padding, flipped back)."""
+        if data_samples is None:  # mmseg resizes nothing in this case
+            return super().postprocess_result(seg_logits, data_samples)
+        channels, height, width = seg_logits.shape[1:]
+        threshold = (self.decode_head.threshold if channels == 1 else None)
+        for i, sample in enumerate(data_samples):
+            meta = sample.metainfo
+            left, right, top, bottom = meta.get(
+                'img_padding_size', meta.get('padding_size', [0] * 4))
+            logits = seg_logits[i, :, top:height - bottom,
+                                left:width - right]
+            if meta.get('flip', None):
+                direction = meta.get('flip_direction', None)
+                if direction not in ('horizontal', 'vertical'):
+                    raise ValueError('flip_direction must be horizontal or '
+                                     f'vertical, got {direction!r}')
+                logits = logits.flip(dims=(2, ) if direction == 'horizontal'
+                                     else (1, ))
+            pred = resize_argmax_tiled(logits, meta['ori_shape'][:2],
+                                       self.align_corners, threshold,
+                                       self.tile_bytes)
+            if channels == 1:  # as mmseg: probabilities for one channel
+                logits = logits.sigmoid()
+            sample.set_data({
+                'seg_logits': PixelData(data=logits.contiguous()),
+                'pred_sem_seg': PixelData(data=pred)
+            })
+        return data_samples

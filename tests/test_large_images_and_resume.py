@@ -1,0 +1,205 @@
+"""Bounded memory on large images (BoundedMemoryEncoderDecoder) and
+crash-safe training (SIGKILL between checkpoints, then --resume)."""
+import copy
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmseg.models.segmentors import EncoderDecoder
+from mmseg.structures import SegDataSample
+
+from _helpers import DEMO_SEGMENTER, REPO, small_run_options
+from mmseg_whitebox.analysis.benchmark import cpu_peak_supported, peak_memory
+from mmseg_whitebox.analysis.large_image_memory import (agreement,
+                                                        build_model,
+                                                        write_test_image)
+from mmseg_whitebox.models.segmentors import (BoundedMemoryEncoderDecoder,
+                                              resize_argmax_tiled)
+
+#: several overlapping windows on the demo model's 128 x 179 input
+SLIDE = {'model.test_cfg.crop_size': (64, 64),
+         'model.test_cfg.stride': (48, 48)}
+
+
+# ------------------------------------------------------ bounded inference
+@pytest.mark.parametrize('align_corners', [False, True])
+@pytest.mark.parametrize('shapes', [((32, 43), (300, 420)),
+                                    ((37, 29), (301, 199)),
+                                    ((40, 40), (20, 17))])
+def test_tiled_resize_argmax_matches_interpolate(align_corners, shapes):
+    (h, w), size = shapes
+    torch.manual_seed(0)
+    logits = torch.randn(150, h, w)
+    ref = torch.nn.functional.interpolate(
+        logits[None], size, mode='bilinear', align_corners=align_corners)[0]
+    # a few rows per band, so that bands and their borders are exercised
+    pred = resize_argmax_tiled(logits, size, align_corners,
+                               tile_bytes=150 * size[1] * 4 * 7)
+    assert pred.shape == (1, ) + size and pred.dtype == torch.long
+    assert (pred == ref.argmax(0, keepdim=True)).double().mean() >= 0.9999
+    one = logits[:1]
+    binary = resize_argmax_tiled(one, size, align_corners, threshold=0.3)
+    ref_one = torch.nn.functional.interpolate(
+        one[None], size, mode='bilinear', align_corners=align_corners)[0]
+    assert (binary == (ref_one.sigmoid() > 0.3).float()).all()
+
+
+@pytest.fixture(scope='module')
+def bounded_demo():
+    return build_model(DEMO_SEGMENTER, None, True, None)
+
+
+@pytest.mark.parametrize('flip', [None, 'horizontal', 'vertical'])
+def test_padding_and_flip_are_undone_as_in_mmseg(bounded_demo, flip):
+    assert isinstance(bounded_demo, BoundedMemoryEncoderDecoder)
+    torch.manual_seed(1)
+    logits = torch.randn(2, 150, 40, 50)
+    meta = dict(ori_shape=(97, 131), img_shape=(34, 46),
+                padding_size=[1, 3, 2, 4], flip=flip is not None,
+                flip_direction=flip)
+    samples = [SegDataSample(metainfo=meta) for _ in range(2)]
+    ours = bounded_demo.postprocess_result(logits.clone(),
+                                           copy.deepcopy(samples))
+    ref = EncoderDecoder.postprocess_result(bounded_demo, logits.clone(),
+                                            copy.deepcopy(samples))
+    for a, b in zip(ours, ref):
+        assert torch.equal(a.pred_sem_seg.data, b.pred_sem_seg.data)
+        assert a.pred_sem_seg.data.shape == (1, 97, 131)
+        # logits stay at the network's resolution, without the padding
+        assert a.seg_logits.data.shape == (150, 34, 46)
+        assert b.seg_logits.data.shape == (150, 97, 131)
+
+
+@pytest.mark.parametrize('mode', ['whole', 'slide'])
+def test_agreement_with_mmseg_inference(mode):
+    """Same weights, same 300x420 image: mmseg's EncoderDecoder and the
+    bounded one predict the same class (>= 99.99% of the pixels). Random
+    weights often predict one class everywhere; the first seed whose
+    prediction holds several classes is used, so agreement is not
+    trivial."""
+    for seed in range(8):
+        same, shapes = agreement(DEMO_SEGMENTER, None, 300, 420, mode,
+                                 seed=seed,
+                                 options=SLIDE if mode == 'slide' else None)
+        if shapes['classes'] > 3:
+            break
+    assert shapes['classes'] > 3, 'no seed gave a varied prediction'
+    assert same >= 0.9999, same
+    assert shapes['pred_shape'] == [1, 300, 420]
+    assert shapes['default_seg_logits'] == [150, 300, 420]
+    assert shapes['bounded_seg_logits'] == [150, 128, 179]
+
+
+@pytest.mark.skipif(not cpu_peak_supported(),
+                    reason='needs /proc/self/clear_refs (Linux)')
+def test_no_full_resolution_float_logits(bounded_demo, tmp_path):
+    """1500x2000 in slide mode: the 150 full-resolution float maps would
+    take 1.8 GB; the bounded path stays far below that."""
+    from mmseg.apis import inference_model
+    height, width = 1500, 2000
+    image = write_test_image(str(tmp_path / 'mid.jpg'), height, width)
+    saved = copy.deepcopy(bounded_demo.test_cfg)
+    bounded_demo.test_cfg.update(mode='slide', crop_size=(64, 64),
+                                 stride=(48, 48))
+    try:
+        with torch.no_grad():
+            rise, result = peak_memory(
+                lambda: inference_model(bounded_demo, image),
+                torch.device('cpu'))
+    finally:
+        bounded_demo.test_cfg = saved
+    full_map = 150 * height * width * 4
+    assert result.pred_sem_seg.data.shape == (1, height, width)
+    assert result.seg_logits.data.numel() * 4 < full_map / 100
+    assert rise < full_map / 4, (rise, full_map)
+
+
+# ------------------------------------------------------ crash-safe training
+def _train_cmd(data_root: str, work_dir: str, iters: int,
+               resume: bool = False) -> list:
+    opts = small_run_options(data_root, iters=iters) + [
+        'default_hooks.checkpoint.interval=2',
+        'default_hooks.checkpoint.max_keep_ckpts=-1']
+    return ([sys.executable, 'tools/train.py', DEMO_SEGMENTER, '--work-dir',
+             work_dir] + (['--resume'] if resume else []) +
+            ['--cfg-options'] + opts)
+
+
+def _run(cmd: list) -> None:
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ,
+                                                PYTHONUNBUFFERED='1'))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _assert_equal_state(a, b, where: str) -> None:
+    """Bitwise equality of nested dicts/lists of tensors and plain data."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), (where, set(a) ^ set(b))
+        for key in a:
+            _assert_equal_state(a[key], b[key], f'{where}.{key}')
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_equal_state(x, y, f'{where}[{i}]')
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
+        tiny_ade, tmp_path):
+    iters = 4
+    straight, crashed = str(tmp_path / 'straight'), str(tmp_path / 'crash')
+    _run(_train_cmd(tiny_ade, straight, iters))
+
+    # the same run, killed once its first checkpoint (iter 2) is complete:
+    # mmengine writes last_checkpoint after the checkpoint file
+    proc = subprocess.Popen(_train_cmd(tiny_ade, crashed, iters), cwd=REPO,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    marker = osp.join(crashed, 'last_checkpoint')
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if osp.isfile(marker):
+                with open(marker) as f:
+                    if f.read().strip().endswith('iter_2.pth'):
+                        break
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.returncode
+    assert osp.isfile(osp.join(crashed, 'iter_2.pth'))
+    assert not osp.exists(osp.join(crashed, f'iter_{iters}.pth')), \
+        'the run was not killed between its two checkpoints'
+
+    _run(_train_cmd(tiny_ade, crashed, iters, resume=True))
+    a = torch.load(osp.join(straight, f'iter_{iters}.pth'),
+                   weights_only=True)
+    b = torch.load(osp.join(crashed, f'iter_{iters}.pth'),
+                   weights_only=True)
+    assert a['meta']['iter'] == b['meta']['iter'] == iters
+    _assert_equal_state(a['state_dict'], b['state_dict'], 'state_dict')
+    _assert_equal_state(a['optimizer'], b['optimizer'], 'optimizer')
+    assert a['optimizer']['state'], 'no optimizer state to compare'
+
+
+@pytest.mark.parametrize('config', [
+    DEMO_SEGMENTER,
+    'configs/segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py',
+    'configs/mssa/mssa_vit-s_8xb1-80k_cityscapes-768x768.py'])
+def test_configs_keep_last_and_best_checkpoints(config):
+    hook = Config.fromfile(osp.join(REPO, config)).default_hooks.checkpoint
+    assert hook.save_best == 'mIoU'
+    assert hook.max_keep_ckpts >= 1

@@ -14,14 +14,12 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.image_demo import image_demo
-from mmseg_whitebox.utils.cli import add_cfg_options_arg, run_tool
+from mmseg_whitebox.utils.cli import (add_cfg_options_arg, run_tool,
+                                      tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('img', metavar='IMAGE_OR_FOLDER',
                    help='an image file, or a folder of images')
     p.add_argument('config')

@@ -41,6 +41,16 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
         sys.exit(BAD_INPUT)
 
 
+def tool_parser(doc: str) -> argparse.ArgumentParser:
+    """The argument parser of a tool whose module docstring ``doc`` is its
+    help: the first paragraph as the description, the rest (usage
+    examples, outputs) as the epilog, kept as written."""
+    return argparse.ArgumentParser(
+        description=doc.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=doc.split('\n\n', 1)[1] if '\n\n' in doc else None)
+
+
 def add_cfg_options_arg(parser: argparse.ArgumentParser) -> None:
     """``--cfg-options key=value ...`` (read by :func:`read_config`)."""
     parser.add_argument(

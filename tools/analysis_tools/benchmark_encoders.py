@@ -27,7 +27,7 @@ from typing import Dict, List
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import decoder_benchmark as decoders
 from mmseg_whitebox.analysis import encoder_benchmark as bench
-from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))), 'configs')
@@ -43,10 +43,7 @@ def size_arg(text: str):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('--size', default='s', choices=['t', 's'],
                    help='model size (default: s)')
     p.add_argument('--encoders', nargs='+',

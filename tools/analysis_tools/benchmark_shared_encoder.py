@@ -28,7 +28,7 @@ import time
 import torch
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join('configs', 'cbsa',
@@ -37,10 +37,7 @@ DEFAULT_CONFIG = osp.join('configs', 'cbsa',
 
 def parse_args(argv=None) -> argparse.Namespace:
     from mmengine.config import DictAction
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('--config', default=DEFAULT_CONFIG)
     p.add_argument('--images', type=int, default=2,
                    help='synthetic validation images (default 2)')

@@ -22,14 +22,11 @@ import os.path as osp
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
                                       check_checkpoint, check_data_roots,
-                                      read_config, run_tool)
+                                      read_config, run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('config')
     p.add_argument('checkpoint')
     p.add_argument('--num-images', type=int, default=50,

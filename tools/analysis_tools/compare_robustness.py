@@ -13,14 +13,11 @@ over the sigmas all sweeps share. Writes DIR/comparison.{md,csv,png}.
 import argparse
 
 from mmseg_whitebox.robustness.compare import compare_sweeps
-from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('folders', nargs='+', help='noise sweep output folders')
     p.add_argument('--out-dir', default='robustness_comparison',
                    help='folder for comparison.{md,csv,png}')

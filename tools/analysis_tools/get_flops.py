@@ -17,14 +17,11 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.model_complexity import (config_complexity,
                                                       default_shape)
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      read_config, run_tool)
+                                      read_config, run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('config')
     p.add_argument('--shape', type=int, nargs='+', metavar='SIZE',
                    help='input height and width (one value: square; '

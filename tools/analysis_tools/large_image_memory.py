@@ -26,15 +26,12 @@ from mmseg_whitebox.analysis.benchmark import available_memory
 from mmseg_whitebox.analysis.large_image_memory import (
     GIB, agreement, format_bytes, measure_in_subprocess, write_test_image)
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      check_checkpoint, read_config,
-                                      run_tool)
+                                      check_checkpoint, read_config, run_tool,
+                                      tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('config')
     p.add_argument('checkpoint', nargs='?', help='default: random weights')
     p.add_argument('--size', type=int, nargs=2, default=[3000, 4000],

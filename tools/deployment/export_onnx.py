@@ -24,14 +24,12 @@ import argparse
 import json
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.utils.cli import add_cfg_options_arg, run_tool
+from mmseg_whitebox.utils.cli import (add_cfg_options_arg, run_tool,
+                                      tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('config')
     p.add_argument('checkpoint')
     p.add_argument('--shape', type=int, nargs=2, required=True,

@@ -10,9 +10,9 @@ backbone with ``patch_bias=True`` (the patch embedding keeps its bias).
 ``--to white-box`` writes WhiteBoxViT keys, for the CBSA-adapted ViTs
 (``configs/*/*_cbsa-vit-*``: every attention made linear with CBSA over
 the pretrained query/key/value projections); SRC may then also be an
-mmseg ViT checkpoint (mmseg's converted Segmenter weights). The classification head is
-dropped; a key that cannot be mapped stops the conversion, with the list
-of such keys, and nothing is written.
+mmseg ViT checkpoint (mmseg's converted Segmenter weights). The
+classification head is dropped; a key that cannot be mapped stops the
+conversion, with the list of such keys, and nothing is written.
 """
 import argparse
 

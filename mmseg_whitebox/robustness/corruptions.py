@@ -483,13 +483,8 @@ def _type_name(step: Any) -> str:
 
 def _pipelines(dataset: Any) -> Iterator[list]:
     """The ``pipeline`` lists of a dataset config (wrappers unpacked)."""
-    stack = [dataset]
-    while stack:
-        ds = stack.pop()
-        if 'datasets' in ds:
-            stack.extend(ds['datasets'])
-        elif 'dataset' in ds:
-            stack.append(ds['dataset'])
+    from mmseg_whitebox.utils.cli import dataset_configs
+    for ds in dataset_configs(dataset):
         if 'pipeline' in ds:
             yield ds['pipeline']
 

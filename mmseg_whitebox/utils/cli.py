@@ -125,21 +125,27 @@ def ensure_weights_only_checkpoints(cfg: Config) -> None:
         cfg.custom_hooks = hooks
 
 
+def dataset_configs(dataset: Any) -> Iterable[Any]:
+    """Every dataset config in ``dataset``: the wrappers (ConcatDataset,
+    RepeatDataset, ...) and the real datasets they wrap."""
+    stack = [dataset]
+    while stack:
+        ds = stack.pop()
+        yield ds
+        if 'datasets' in ds:
+            stack.extend(ds['datasets'])
+        elif 'dataset' in ds:
+            stack.append(ds['dataset'])
+
+
 def _dataloader_roots(cfg: Config, names: Iterable[str]):
     for name in names:
         loader = cfg.get(name, None)
         if not loader:
             continue
-        dataset = loader.get('dataset', {})
-        # ConcatDataset / RepeatDataset wrap the real ones
-        stack = [dataset]
-        while stack:
-            ds = stack.pop()
-            if 'datasets' in ds:
-                stack.extend(ds['datasets'])
-            elif 'dataset' in ds:
-                stack.append(ds['dataset'])
-            elif ds.get('data_root'):
+        for ds in dataset_configs(loader.get('dataset', {})):
+            wrapper = 'datasets' in ds or 'dataset' in ds
+            if not wrapper and ds.get('data_root'):
                 yield name, ds['data_root']
 
 

@@ -1,0 +1,306 @@
+"""The corruption benchmark: the transform put into a config's test
+pipeline, the results store (resumable) and the evaluation loop."""
+from __future__ import annotations
+
+import json
+import os
+import os.path as osp
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from .library import SEVERITIES, CorruptionError
+from .report import (corruption_summary, markdown_table, plot_corruptions,
+                     table_rows)
+from .transform import ImageCorruption
+
+
+def _type_name(step: Any) -> str:
+    t = step.get('type', '') if isinstance(step, dict) else ''
+    name = t if isinstance(t, str) else getattr(t, '__name__', '')
+    return name.rsplit('.', 1)[-1]
+
+
+def _pipelines(dataset: Any) -> Iterator[list]:
+    """The ``pipeline`` lists of a dataset config (wrappers unpacked)."""
+    from mmseg_whitebox.utils.cli import dataset_configs
+    for ds in dataset_configs(dataset):
+        if 'pipeline' in ds:
+            yield ds['pipeline']
+
+
+def insert_corruption_transform(cfg: Any, seed: int = 0,
+                                loader: str = 'test_dataloader') -> int:
+    """Put ``ImageCorruption(corruption=None, seed=seed)`` right after
+    ``LoadImageFromFile`` in every pipeline of ``cfg[loader]``'s
+    dataset; returns how many were inserted. Persistent dataloader workers
+    are switched off, so that workers see the corruption switched between
+    evaluations.
+
+    Raises:
+        CorruptionError: a pipeline without ``LoadImageFromFile``, or one
+            that already has an ``ImageCorruption``.
+    """
+    loader_cfg = cfg.get(loader, None)
+    if not loader_cfg or 'dataset' not in loader_cfg:
+        raise CorruptionError(f'the config has no {loader} with a dataset')
+    n = 0
+    for pipeline in _pipelines(loader_cfg['dataset']):
+        names = [_type_name(step) for step in pipeline]
+        if 'ImageCorruption' in names:
+            raise CorruptionError(
+                f'the {loader} pipeline already has an ImageCorruption; '
+                'remove it: the benchmark inserts its own')
+        if 'LoadImageFromFile' not in names:
+            raise CorruptionError(
+                f'the {loader} pipeline has no LoadImageFromFile to put the '
+                f'corruption after (its steps: {", ".join(names)})')
+        pipeline.insert(names.index('LoadImageFromFile') + 1,
+                        dict(type='ImageCorruption', corruption=None,
+                             seed=seed))
+        n += 1
+    if not n:
+        raise CorruptionError(f'the {loader} dataset has no pipeline')
+    loader_cfg['persistent_workers'] = False
+    return n
+
+
+def find_corruption_transforms(obj: Any) -> List[ImageCorruption]:
+    """The :class:`ImageCorruption` instances in a built dataset (or
+    dataloader, wrapper, pipeline)."""
+    found: List[ImageCorruption] = []
+    seen = set()
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if o is None or id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, ImageCorruption):
+            found.append(o)
+            continue
+        if isinstance(o, (list, tuple)):
+            stack.extend(o)
+            continue
+        for attr in ('dataset', 'datasets', 'pipeline', 'transforms'):
+            stack.append(getattr(o, attr, None))
+    return found
+
+
+class CorruptionStore:
+    """``results.json`` (setup, clean metrics, ``results[corruption]
+    [severity]`` metrics, summary), ``results.csv`` (one row per
+    evaluation), ``table.md`` and ``table.csv`` (corruption x severity) in
+    one folder, rewritten atomically after every evaluation, so an
+    interrupted benchmark loses at most the evaluation in progress.
+
+    ``setup`` keys in :attr:`MUST_MATCH` must equal those of a folder
+    being resumed; the grid (corruptions, severities) may change, and the
+    summary is over the grid asked for last.
+    """
+
+    MUST_MATCH = ('config', 'checkpoint', 'seed', 'cfg_options', 'metric')
+
+    def __init__(self, out_dir: Optional[str], setup: Dict[str, Any],
+                 resume: bool = False) -> None:
+        self.check_out_dir(out_dir, resume)
+        self.out_dir = out_dir
+        self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+        setup = json.loads(json.dumps(setup))  # compared as stored
+        if self.json_path and osp.isfile(self.json_path):
+            with open(self.json_path) as f:
+                data = json.load(f)
+            old = data.get('setup', {})
+            diff = [k for k in self.MUST_MATCH
+                    if k in setup and k in old and old[k] != setup[k]]
+            if diff:
+                raise CorruptionError(
+                    f'cannot resume {out_dir}: it was made with different '
+                    'settings (' + '; '.join(
+                        f'{k}: {old[k]!r} there, {setup[k]!r} now'
+                        for k in diff) + ')')
+            data['setup'].update(setup)
+            self.data = data
+        else:
+            self.data = dict(setup=setup, clean=None, results={})
+
+    @staticmethod
+    def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
+        """Raise :class:`FileExistsError` if ``out_dir`` holds results and
+        ``resume`` is off (a tool calls it before building a model)."""
+        if (out_dir and not resume
+                and osp.isfile(osp.join(out_dir, 'results.json'))):
+            raise FileExistsError(
+                f'{out_dir} already holds corruption results; pass --resume '
+                'to continue them, or choose another output folder (--out)')
+
+    @property
+    def metric(self) -> str:
+        return self.data['setup'].get('metric', 'mIoU')
+
+    @property
+    def corruptions(self) -> List[str]:
+        return list(self.data['setup'].get('corruptions') or
+                    self.data['results'])
+
+    @property
+    def severities(self) -> List[int]:
+        return list(self.data['setup'].get('severities') or SEVERITIES)
+
+    def get(self, corruption: str, severity: int) -> Optional[Dict]:
+        return self.data['results'].get(corruption, {}).get(str(severity))
+
+    def set_clean(self, metrics: Dict[str, float]) -> None:
+        self.data['clean'] = dict(metrics)
+        self.save()
+
+    def add(self, corruption: str, severity: int,
+            metrics: Dict[str, float]) -> None:
+        self.data['results'].setdefault(corruption, {})[str(severity)] = \
+            dict(metrics)
+        self.save()
+
+    def values(self) -> Dict[str, Dict[int, float]]:
+        """``{corruption: {severity: metric}}`` of the requested grid."""
+        metric = self.metric
+        out = {}
+        for c in self.corruptions:
+            per = self.data['results'].get(c, {})
+            out[c] = {int(s): m[metric] for s, m in per.items()
+                      if int(s) in self.severities and metric in m}
+        return out
+
+    def summary(self) -> Dict[str, Any]:
+        clean = (self.data.get('clean') or {}).get(self.metric)
+        return corruption_summary(clean, self.values(), self.corruptions,
+                                  self.severities)
+
+    def save(self) -> None:
+        from ..sweep import _atomic_csv, _atomic_json
+        summary = self.summary()
+        self.data['summary'] = dict(
+            summary, per_severity={str(s): v for s, v in
+                                   summary['per_severity'].items()})
+        if self.out_dir is None:
+            return
+        _atomic_json(self.json_path, self.data)
+        rows = []
+        clean = self.data.get('clean')
+        if clean:
+            rows.append(dict(corruption='clean', severity=0, **clean))
+        for c in self.corruptions:
+            for s in self.severities:
+                m = self.get(c, s)
+                if m is not None:
+                    rows.append(dict(corruption=c, severity=s, **m))
+        fields = ['corruption', 'severity', 'mIoU', 'aAcc', 'mAcc',
+                  'seconds']
+        extra = sorted({k for r in rows for k in r} - set(fields))
+        _atomic_csv(osp.join(self.out_dir, 'results.csv'), fields + extra,
+                    rows)
+        values = self.values()
+        table = table_rows(summary, values, self.severities)
+        _atomic_csv(osp.join(self.out_dir, 'table.csv'), list(table[0]),
+                    table)
+        text = markdown_table(summary, values, self.severities, self.metric)
+        tmp = osp.join(self.out_dir, 'table.md.tmp')
+        with open(tmp, 'w') as f:
+            f.write(text)
+        os.replace(tmp, osp.join(self.out_dir, 'table.md'))
+
+    def plot(self, title: Optional[str] = None) -> str:
+        """``corruption_robustness.png`` in the folder."""
+        return plot_corruptions(self.summary(), self.values(),
+                                self.severities,
+                                osp.join(self.out_dir,
+                                         'corruption_robustness.png'),
+                                title, self.metric)
+
+
+class CorruptionBenchmark:
+    """Clean, then every (corruption, severity) of the grid not in
+    ``store`` yet: switch the pipeline's :class:`ImageCorruption`
+    transforms, ``evaluate()`` (e.g. a
+    :class:`~.evaluation.RunnerEvaluation`), save.
+
+    Args:
+        evaluate: returns the test metrics (with ``store.metric``).
+        transforms: the pipeline's :class:`ImageCorruption` instances
+            (:func:`find_corruption_transforms`).
+        store: where results go; its setup names the grid.
+        on_progress: called with a status line after each evaluation.
+    """
+
+    KEEP = ('mIoU', 'aAcc', 'mAcc')
+
+    def __init__(self, evaluate: Any, transforms: Sequence[ImageCorruption],
+                 store: CorruptionStore,
+                 on_progress: Optional[Any] = None) -> None:
+        if not transforms:
+            raise CorruptionError(
+                'no ImageCorruption in the test pipeline (see '
+                'insert_corruption_transform)')
+        self.evaluate = evaluate
+        self.transforms = list(transforms)
+        self.store = store
+        self.on_progress = on_progress or (lambda status: None)
+
+    def pending(self) -> List[tuple]:
+        """``(corruption, severity)`` still to evaluate, ``(None, 0)`` for
+        clean, in order."""
+        todo = [] if self.store.data.get('clean') else [(None, 0)]
+        todo += [(c, s) for c in self.store.corruptions
+                 for s in self.store.severities
+                 if self.store.get(c, s) is None]
+        return todo
+
+    def _set(self, corruption: Optional[str], severity: int) -> None:
+        for t in self.transforms:
+            t.set(corruption, max(severity, 1))
+
+    def _evaluate(self) -> Dict[str, float]:
+        start = time.time()
+        metrics = self.evaluate()
+        metric = self.store.metric
+        if metric not in metrics:
+            raise CorruptionError(
+                f'the test evaluator reports {sorted(metrics)}, not '
+                f'{metric!r}; use IoUMetric with iou_metrics=[\'mIoU\']')
+        out = {k: float(metrics[k]) for k in self.KEEP if k in metrics}
+        out[metric] = float(metrics[metric])
+        out['seconds'] = time.time() - start
+        return out
+
+    def run(self) -> Dict[str, Any]:
+        todo = self.pending()
+        try:
+            for i, (c, s) in enumerate(todo, 1):
+                self._set(c, s)
+                metrics = self._evaluate()
+                if c is None:
+                    self.store.set_clean(metrics)
+                    label = 'clean'
+                else:
+                    self.store.add(c, s, metrics)
+                    label = f'{c} severity {s}'
+                self.on_progress(
+                    f'[{i}/{len(todo)}] {label}: {self.store.metric} '
+                    f'{metrics[self.store.metric]:.2f} '
+                    f'({metrics["seconds"]:.1f} s)')
+        finally:
+            self._set(None, 1)
+        return self.store.data
+
+
+def build_corruption_runner(config: str, checkpoint: str,
+                            cfg_options: Optional[dict] = None,
+                            work_dir: Optional[str] = None,
+                            seed: int = 0) -> Any:
+    """A Runner set up as ``tools/test.py`` sets it up (as
+    :func:`~..evaluation.build_test_runner`), with :class:`ImageCorruption`
+    inserted after ``LoadImageFromFile`` in the test pipeline."""
+    from ..evaluation import build_test_runner
+    return build_test_runner(
+        config, checkpoint, cfg_options, work_dir,
+        prepare=lambda cfg: insert_corruption_transform(cfg, seed))

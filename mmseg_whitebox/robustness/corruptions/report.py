@@ -1,0 +1,145 @@
+"""The corruption benchmark's numbers: mPC, rPC, the table and the plot."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+
+def corruption_summary(clean: Optional[float],
+                       results: Dict[str, Dict[Any, float]],
+                       corruptions: Optional[Sequence[str]] = None,
+                       severities: Optional[Sequence[int]] = None
+                       ) -> Dict[str, Any]:
+    """mPC and rPC of one metric (as mmdetection's benchmark).
+
+    ``results[corruption][severity]`` is the metric under that corruption
+    (severity keys int or str). Over the grid ``corruptions`` x
+    ``severities`` (default: what ``results`` holds)::
+
+        mPC = 1 / (|C| |S|) * sum_c sum_s P(c, s)
+        rPC = mPC / P_clean
+
+    Also per corruption the mean over severities and per severity the
+    mean over corruptions. With points of the grid missing the means are
+    over those present and ``complete`` is False.
+    """
+    if corruptions is None:
+        corruptions = list(results)
+    if severities is None:
+        severities = sorted({int(s) for per in results.values()
+                             for s in per})
+    values: Dict[str, Dict[int, float]] = {}
+    for c in corruptions:
+        per = {int(s): float(v) for s, v in results.get(c, {}).items()}
+        values[c] = {s: per[s] for s in severities if s in per}
+    points = [v for per in values.values() for v in per.values()]
+    mpc = sum(points) / len(points) if points else None
+    rpc = mpc / clean if mpc is not None and clean else None
+    per_corruption = {c: (sum(per.values()) / len(per) if per else None)
+                      for c, per in values.items()}
+    per_severity = {}
+    for s in severities:
+        vals = [per[s] for per in values.values() if s in per]
+        per_severity[s] = sum(vals) / len(vals) if vals else None
+    return dict(clean=clean, mPC=mpc, rPC=rpc,
+                per_corruption=per_corruption, per_severity=per_severity,
+                evaluated=len(points),
+                expected=len(corruptions) * len(severities),
+                complete=len(points) == len(corruptions) * len(severities))
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '-'
+    return f'{value:.{digits}f}'
+
+
+def table_rows(summary: Dict[str, Any],
+               results: Dict[str, Dict[Any, float]],
+               severities: Sequence[int]) -> List[Dict[str, Any]]:
+    """One row per corruption (columns: severity 1..5 and their mean),
+    then the mean over corruptions (its mean is mPC) and the clean
+    reference; numbers as floats (None where missing)."""
+    rows = []
+    for c, mean in summary['per_corruption'].items():
+        per = {int(s): v for s, v in results.get(c, {}).items()}
+        rows.append(dict(corruption=c,
+                         **{f'severity {s}': per.get(s) for s in severities},
+                         mean=mean))
+    rows.append(dict(corruption='mean (mPC)',
+                     **{f'severity {s}': summary['per_severity'].get(s)
+                        for s in severities}, mean=summary['mPC']))
+    rows.append(dict(corruption='clean',
+                     **{f'severity {s}': None for s in severities},
+                     mean=summary['clean']))
+    return rows
+
+
+def markdown_table(summary: Dict[str, Any],
+                   results: Dict[str, Dict[Any, float]],
+                   severities: Sequence[int],
+                   metric: str = 'mIoU') -> str:
+    """The table of :func:`table_rows` in Markdown, with mPC and rPC
+    below it."""
+    rows = table_rows(summary, results, severities)
+    head = ['corruption'] + [f'severity {s}' for s in severities] + ['mean']
+    lines = [f'{metric} under corruption',
+             '',
+             '| ' + ' | '.join(head) + ' |',
+             '|' + '---|' + '---:|' * (len(head) - 1)]
+    for r in rows:
+        lines.append('| ' + ' | '.join([r['corruption']] + [
+            _fmt(r[k]) for k in head[1:]]) + ' |')
+    rpc = summary['rPC']
+    lines += ['',
+              f'clean {metric}: {_fmt(summary["clean"])}; mPC: '
+              f'{_fmt(summary["mPC"])}; rPC: '
+              + ('-' if rpc is None else f'{rpc:.4f} ({100 * rpc:.1f}%)')
+              + ('' if summary['complete'] else
+                 f' (partial: {summary["evaluated"]} of '
+                 f'{summary["expected"]} corruption/severity points)')]
+    return '\n'.join(lines) + '\n'
+
+
+def plot_corruptions(summary: Dict[str, Any],
+                     results: Dict[str, Dict[Any, float]],
+                     severities: Sequence[int], out_file: str,
+                     title: Optional[str] = None,
+                     metric: str = 'mIoU') -> str:
+    """``metric`` against severity, one line per corruption, with the mean
+    over corruptions per severity, the mPC and the clean value as
+    horizontal lines; returns ``out_file``."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    cmap = plt.get_cmap('tab20')
+    for i, c in enumerate(summary['per_corruption']):
+        per = {int(s): v for s, v in results.get(c, {}).items()}
+        xs = [s for s in severities if s in per]
+        if xs:
+            ax.plot(xs, [per[s] for s in xs], 'o-', color=cmap(i % 20),
+                    linewidth=1, markersize=3, label=c)
+    xs = [s for s in severities if summary['per_severity'].get(s) is not None]
+    if xs:
+        ax.plot(xs, [summary['per_severity'][s] for s in xs], 's-',
+                color='black', linewidth=2.5, label='mean over corruptions')
+    if summary['mPC'] is not None:
+        ax.axhline(summary['mPC'], color='black', linestyle='-.',
+                   linewidth=1.5, label=f'mPC {summary["mPC"]:.2f}')
+    if summary['clean'] is not None:
+        rpc = summary['rPC']
+        ax.axhline(summary['clean'], color='gray', linestyle='--',
+                   linewidth=1.5, label=f'clean {summary["clean"]:.2f}'
+                   + ('' if rpc is None else f' (rPC {100 * rpc:.1f}%)'))
+    ax.set_xticks(list(severities))
+    ax.set_xlabel('severity')
+    ax.set_ylabel(metric)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title or f'{metric} under input corruptions')
+    ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.01, 0.5))
+    fig.savefig(out_file, dpi=120, bbox_inches='tight')
+    plt.close(fig)
+    return out_file

@@ -469,6 +469,14 @@ def test_tta_without_its_settings():
         check_tta(cfg)
 
 
+def test_tta_with_the_bounded_memory_segmentor():
+    cfg = Config.fromfile(DEMO_SEGMENTER)
+    cfg.model.type = 'BoundedMemoryEncoderDecoder'
+    with raises_naming(ToolError, 'BoundedMemoryEncoderDecoder',
+                       'model.type=EncoderDecoder'):
+        check_tta(cfg)
+
+
 def test_rep_grid_larger_than_the_token_grid():
     from mmseg_whitebox.ops.cbsa import CBSA
     op = CBSA(16, num_heads=2, head_dim=4, rep_grid=(4, 4))

@@ -50,7 +50,11 @@ def test_resume_continues_from_the_checkpoint(trained):
 
 
 def test_test_tool_reports_and_saves(trained, tmp_path):
-    opts = small_run_options(trained['data_root'], iters=4)
+    # only the test data exist: testing never reads the training folder,
+    # --show-dir included (mmseg's visualization hook asks for the
+    # runner's iteration, which would build the training loop)
+    opts = small_run_options(trained['data_root'], iters=4) + [
+        f'train_dataloader.dataset.data_root={tmp_path / "absent"}']
     proc = run_tool(['tools/test.py', DEMO_SEGMENTER, trained['ckpt'],
                      '--work-dir', str(tmp_path), '--show-dir', 'vis',
                      '--out', str(tmp_path / 'preds'), '--cfg-options'] +

@@ -25,7 +25,7 @@ from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
                                                     check_checkpoint_file)
 from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
                                       check_checkpoint, check_data_roots,
-                                      load_config, run_tool)
+                                      drop_training, load_config, run_tool)
 from mmseg_whitebox.utils.run_checks import (check_tta, check_work_dir,
                                              num_classes_problem,
                                              reported_errors)
@@ -101,6 +101,7 @@ def main(argv=None) -> dict:
     if args.out is not None:
         cfg.test_evaluator['output_dir'] = args.out
         cfg.test_evaluator['keep_results'] = True
+    drop_training(cfg)
     check_data_roots(cfg, ('test_dataloader', ))
 
     warnings = [w for w in (num_classes_problem(cfg), ) if w]

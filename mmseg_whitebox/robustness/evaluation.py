@@ -88,20 +88,26 @@ def build_test_runner(config: str,
                       checkpoint: str,
                       cfg_options: Optional[dict] = None,
                       work_dir: Optional[str] = None,
-                      launcher: str = 'none') -> Any:
-    """A Runner set up as ``tools/test.py`` sets it up."""
+                      launcher: str = 'none',
+                      prepare: Optional[Callable[[Any], None]] = None
+                      ) -> Any:
+    """A Runner set up as ``tools/test.py`` sets it up; ``prepare(cfg)``,
+    if given, changes the config before the Runner is built."""
     import argparse
 
     from mmengine.runner import Runner
 
     from mmseg_whitebox.utils.cli import (check_checkpoint, check_data_roots,
-                                          load_config)
+                                          drop_training, load_config)
     check_checkpoint(checkpoint)
     args = argparse.Namespace(config=config, cfg_options=cfg_options,
                               work_dir=work_dir, launcher=launcher)
     cfg = load_config(args)
     cfg.load_from = checkpoint
+    drop_training(cfg)
     check_data_roots(cfg, ('test_dataloader', ))
+    if prepare is not None:
+        prepare(cfg)
     return Runner.from_cfg(cfg)
 
 

@@ -166,6 +166,17 @@ def check_data_roots(cfg: Config, loaders: Iterable[str]) -> None:
                         f'{hint}')
 
 
+def drop_training(cfg: Config) -> None:
+    """Remove the training settings of a config that is only tested.
+
+    mmseg's visualization hook asks the runner for its iteration, and
+    mmengine answers by building the training loop, dataset included: a
+    test would fail on a training folder it never reads."""
+    for key in ('train_dataloader', 'train_cfg', 'optim_wrapper',
+                'param_scheduler'):
+        cfg[key] = None
+
+
 def check_checkpoint(path: Optional[str]) -> None:
     if path and '://' not in path and not osp.isfile(path):
         raise ToolError(f'checkpoint {path!r} does not exist')

@@ -155,7 +155,8 @@ def reported_errors(cfg: Any) -> Iterator[None]:
 
 
 def check_tta(cfg: Any) -> None:
-    """``--tta`` needs ``tta_pipeline`` and ``tta_model`` in the config."""
+    """``--tta`` needs ``tta_pipeline`` and ``tta_model`` in the config,
+    and a segmentor that keeps full-resolution logits."""
     missing = [k for k in ('tta_pipeline', 'tta_model')
                if not cfg.get(k, None)]
     if missing:
@@ -163,3 +164,10 @@ def check_tta(cfg: Any) -> None:
             f'--tta needs {" and ".join(missing)} in the config (as in '
             'configs/_base_/datasets/ade20k.py and configs/_base_/'
             'default_runtime.py); add them or test without --tta')
+    model_type = str(cfg.get('model', {}).get('type', ''))
+    if model_type.rsplit('.', 1)[-1] == 'BoundedMemoryEncoderDecoder':
+        raise ToolError(
+            '--tta averages full-resolution logits, which '
+            'BoundedMemoryEncoderDecoder does not keep (its seg_logits stay '
+            'at the network resolution): test with --tta and model.type='
+            'EncoderDecoder, or without --tta')

@@ -23,6 +23,29 @@ find_python() {
     echo "$candidate"
 }
 
+# The environment variables both scripts read, for their --help.
+DIST_ENV_HELP='environment:
+  PYTHON        interpreter to use (default: the active virtualenv'"'"'s, else
+                this checkout'"'"'s .venv/bin/python, else python3)
+  PORT          master port (default 29500; use different ones for
+                concurrent runs)
+  NNODES, NODE_RANK, MASTER_ADDR   multi-node runs (defaults 1, 0, 127.0.0.1)'
+
+# parse_common COUNT WHAT ARGS...: --help, then at least COUNT arguments
+# (WHAT names them), the first an existing config file (needs usage()).
+parse_common() {
+    local count=$1 what=$2
+    shift 2
+    case "${1:-}" in
+        -h | --help) usage; exit 0 ;;
+    esac
+    if [ $# -lt "$count" ]; then
+        usage >&2
+        fail "expected $what, got $# argument(s)"
+    fi
+    [ -f "$1" ] || fail "config file '$1' does not exist"
+}
+
 fail() {
     echo "$PROG: error: $*" >&2
     exit 2

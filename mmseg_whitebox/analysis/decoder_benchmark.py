@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import glob
+import json
 import os
 import os.path as osp
 import platform
@@ -448,6 +449,46 @@ def plot(rows: List[Dict], fits: Dict, out_file: str, title: str,
     fig.savefig(out_file, dpi=120)
     plt.close(fig)
     return out_file
+
+
+def measure_sizes(sizes: Sequence[Tuple[int, int]],
+                  measure: Callable[[Tuple[int, int]], List[Dict]]
+                  ) -> List[Dict]:
+    """``measure(size)``'s rows for every size, smallest first (so a run
+    stopped early has the cheap sizes, and memory predictions grow from
+    measured ones)."""
+    rows: List[Dict] = []
+    for size in sorted(sizes, key=lambda s: s[0] * s[1]):
+        print(f'== {size[0]}x{size[1]}', flush=True)
+        rows += measure(size)
+    return rows
+
+
+def machine_line(facts: Dict, what: str, amp: Optional[str]) -> str:
+    """One line naming the machine and what is benchmarked."""
+    return (f'benchmark on {facts["cpu"]} ({facts["threads"]} threads), '
+            f'{facts.get("gpu", "")} torch {facts["torch"]}, {what}'
+            + (f', autocast {amp}' if amp else ''))
+
+
+def write_report(out_dir: str, report: Dict, table: str, title: str,
+                 **plot_keys: Sequence[str]) -> None:
+    """``benchmark.json`` (``report``), ``benchmark.md`` (``table``) and
+    ``benchmark.png`` (:func:`plot` of ``report['results']`` with
+    ``report['slopes']``; ``plot_keys`` choose its curves) in
+    ``out_dir``; prints the table and the files written."""
+    with open(osp.join(out_dir, 'benchmark.json'), 'w') as f:
+        json.dump(report, f, indent=1)
+    with open(osp.join(out_dir, 'benchmark.md'), 'w') as f:
+        f.write(table + '\n')
+    title = (f'{title}, {report["machine"]["cpu"]}, '
+             f'{report["machine"]["threads"]} threads, '
+             f'{report["machine"]["date"][:10]}')
+    plot(report['results'], report['slopes'],
+         osp.join(out_dir, 'benchmark.png'), title, **plot_keys)
+    print('\n' + table)
+    print(f'\nwritten to {out_dir}: benchmark.json, benchmark.md, '
+          'benchmark.png')
 
 
 def machine(device: torch.device) -> Dict:

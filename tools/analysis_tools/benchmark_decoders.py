@@ -24,7 +24,6 @@ slopes) to --out. The project's targets and their last measurements are
 in the README ("Decoder benchmark").
 """
 import argparse
-import json
 import os
 import os.path as osp
 from typing import Dict, List, Tuple
@@ -120,32 +119,18 @@ def main(argv=None) -> Dict:
         max_seconds=args.max_seconds, backward=not args.no_backward,
         flops=not args.no_flops, amp=args.amp, seed=args.seed)
     facts = bench.machine(device)
-    print(f'benchmark on {facts["cpu"]} ({facts["threads"]} threads), '
-          f'{facts.get("gpu", "")} torch {facts["torch"]}, ViT-'
-          f'{args.encoder} features' + (f', autocast {args.amp}'
-                                        if args.amp else ''))
-    rows: List[Dict] = []
+    print(bench.machine_line(facts, f'ViT-{args.encoder} features',
+                             args.amp))
     history: Dict[str, List[Dict]] = {}
-    for size in sorted(args.sizes, key=lambda s: s[0] * s[1]):
-        print(f'== {size[0]}x{size[1]}', flush=True)
-        rows += bench.measure_size(heads, info, size, options, device,
-                                   history, memory_limit)
+    rows = bench.measure_sizes(args.sizes, lambda size: bench.measure_size(
+        heads, info, size, options, device, history, memory_limit))
     bench.add_ratios(rows)
     fits = bench.slopes(rows)
     report = dict(machine=facts, encoder=args.encoder, amp=args.amp,
                   heads=info, results=rows, slopes=fits)
-    table = bench.markdown_table(rows)
-    with open(osp.join(args.out, 'benchmark.json'), 'w') as f:
-        json.dump(report, f, indent=1)
-    with open(osp.join(args.out, 'benchmark.md'), 'w') as f:
-        f.write(table + '\n')
-    title = (f'decoders on ViT-{args.encoder} features, {facts["cpu"]}, '
-             f'{facts["threads"]} threads, {facts["date"][:10]}')
-    bench.plot(rows, fits, osp.join(args.out, 'benchmark.png'), title)
-    print('\n' + table)
+    bench.write_report(args.out, report, bench.markdown_table(rows),
+                       f'decoders on ViT-{args.encoder} features')
     print_summary(rows, fits)
-    print(f'\nwritten to {args.out}: benchmark.json, benchmark.md, '
-          'benchmark.png')
     return report
 
 

@@ -18,7 +18,6 @@ benchmark.md and benchmark.png to --out. The targets and the last
 measurements are in the README ("Encoder benchmark").
 """
 import argparse
-import json
 import os
 import os.path as osp
 from typing import Dict, List
@@ -111,34 +110,22 @@ def main(argv=None) -> Dict:
         max_seconds=args.max_seconds, backward=not args.no_backward,
         amp=args.amp, seed=args.seed)
     facts = decoders.machine(device)
-    print(f'benchmark on {facts["cpu"]} ({facts["threads"]} threads), '
-          f'{facts.get("gpu", "")} torch {facts["torch"]}, size '
-          f'{args.size.upper()}' + (f', autocast {args.amp}'
-                                    if args.amp else ''))
-    rows: List[Dict] = []
+    print(decoders.machine_line(facts, f'size {args.size.upper()}',
+                                args.amp))
     history: Dict[str, List[Dict]] = {}
-    for size in sorted(args.sizes, key=lambda s: s[0] * s[1]):
-        print(f'== {size[0]}x{size[1]}', flush=True)
-        rows += bench.measure_size(models, size, options, device, history,
-                                   memory_limit, size in args.flops_sizes)
+    rows = decoders.measure_sizes(args.sizes, lambda size: bench.measure_size(
+        models, size, options, device, history, memory_limit,
+        size in args.flops_sizes))
     bench.add_ratios(rows)
     fits = decoders.slopes(rows, SLOPE_KEYS)
     report = dict(machine=facts, size=args.size, amp=args.amp,
                   results=rows, slopes=fits)
-    table = bench.markdown_table(rows)
-    with open(osp.join(args.out, 'benchmark.json'), 'w') as f:
-        json.dump(report, f, indent=1)
-    with open(osp.join(args.out, 'benchmark.md'), 'w') as f:
-        f.write(table + '\n')
-    title = (f'encoders ({args.size.upper()}), {facts["cpu"]}, '
-             f'{facts["threads"]} threads, {facts["date"][:10]}')
-    decoders.plot(rows, fits, osp.join(args.out, 'benchmark.png'), title,
-                  latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
-                  memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
-    print('\n' + table)
+    decoders.write_report(
+        args.out, report, bench.markdown_table(rows),
+        f'encoders ({args.size.upper()})',
+        latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
+        memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
     print_summary(rows, fits)
-    print(f'\nwritten to {args.out}: benchmark.json, benchmark.md, '
-          'benchmark.png')
     return report
 
 

@@ -28,29 +28,26 @@ FRAME: Rules = [
     (r'patch_embed\.proj\.(weight|bias)', r'patch_embed.projection.\1'),
     (r'norm\.(weight|bias)', r'ln1.\1'),
 ]
-TIMM_TO_MMSEG: Rules = FRAME + [
-    (r'blocks\.(\d+)\.norm1\.(weight|bias)', r'layers.\1.ln1.\2'),
-    (r'blocks\.(\d+)\.attn\.qkv\.weight',
-     r'layers.\1.attn.attn.in_proj_weight'),
-    (r'blocks\.(\d+)\.attn\.qkv\.bias', r'layers.\1.attn.attn.in_proj_bias'),
-    (r'blocks\.(\d+)\.attn\.proj\.(weight|bias)',
-     r'layers.\1.attn.attn.out_proj.\2'),
-    (r'blocks\.(\d+)\.norm2\.(weight|bias)', r'layers.\1.ln2.\2'),
-    (r'blocks\.(\d+)\.mlp\.fc1\.(weight|bias)',
-     r'layers.\1.ffn.layers.0.0.\2'),
-    (r'blocks\.(\d+)\.mlp\.fc2\.(weight|bias)', r'layers.\1.ffn.layers.1.\2'),
+# per block: timm name (regex) -> mmseg VisionTransformer name, WhiteBoxViT
+# name (with MHSA or QKVCBSA layers and an MLP); \2 is the parameter
+BLOCK_NAMES = [
+    (r'norm1\.(weight|bias)', r'ln1.\2', r'norm.\2'),
+    (r'attn\.qkv\.(weight|bias)', r'attn.attn.in_proj_\2', r'attn.qkv.\2'),
+    (r'attn\.proj\.(weight|bias)', r'attn.attn.out_proj.\2',
+     r'attn.out_proj.\2'),
+    (r'norm2\.(weight|bias)', r'ln2.\2', r'norm2.\2'),
+    (r'mlp\.fc1\.(weight|bias)', r'ffn.layers.0.0.\2', r'ffn.layers.0.0.\2'),
+    (r'mlp\.fc2\.(weight|bias)', r'ffn.layers.1.\2', r'ffn.layers.1.\2'),
 ]
-# WhiteBoxViT with MHSA or QKVCBSA layers and an MLP
-TIMM_TO_WHITE_BOX: Rules = FRAME + [
-    (r'blocks\.(\d+)\.norm1\.(weight|bias)', r'layers.\1.norm.\2'),
-    (r'blocks\.(\d+)\.attn\.qkv\.(weight|bias)', r'layers.\1.attn.qkv.\2'),
-    (r'blocks\.(\d+)\.attn\.proj\.(weight|bias)',
-     r'layers.\1.attn.out_proj.\2'),
-    (r'blocks\.(\d+)\.norm2\.(weight|bias)', r'layers.\1.norm2.\2'),
-    (r'blocks\.(\d+)\.mlp\.fc1\.(weight|bias)',
-     r'layers.\1.ffn.layers.0.0.\2'),
-    (r'blocks\.(\d+)\.mlp\.fc2\.(weight|bias)', r'layers.\1.ffn.layers.1.\2'),
-]
+
+
+def _block_rules(target: int) -> Rules:
+    return [(r'blocks\.(\d+)\.' + names[0], r'layers.\1.' + names[target])
+            for names in BLOCK_NAMES]
+
+
+TIMM_TO_MMSEG: Rules = FRAME + _block_rules(1)
+TIMM_TO_WHITE_BOX: Rules = FRAME + _block_rules(2)
 # mmseg ViT key (regex) -> WhiteBoxViT key: the same frame and MLP
 MMSEG_TO_WHITE_BOX: Rules = [
     (r'(cls_token|pos_embed|patch_embed\..*|ln1\..*|layers\.\d+\.ffn\..*)',

@@ -131,8 +131,94 @@ def test_cbsa_pools_the_patch_grid_not_the_cls_token():
                                            1), pooled)
 
 
+def pretrained(name, path, **init):
+    return build(name, init_cfg=dict(type='Pretrained', checkpoint=str(path),
+                                      **init))
+
+
+def test_pretrained_weights_load_strictly(tmp_path):
+    """mmseg's ViT loads pretrained weights with strict=False and only
+    prints what did not fit; here a checkpoint of another architecture is
+    an error naming the keys and the converters, unless asked for."""
+    from mmseg_whitebox.utils.checkpoint_checks import \
+        CheckpointMismatchError
+    source = build('cbt')
+    with torch.no_grad():
+        for param in source.parameters():
+            param.add_(1)
+    torch.save({'state_dict': source.state_dict()}, tmp_path / 'cbt.pth')
+    loaded = pretrained('cbt', tmp_path / 'cbt.pth')
+    for key, value in source.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+    other = build('tost')
+    with torch.no_grad():
+        other.pos_embed.add_(1)
+    torch.save(other.state_dict(), tmp_path / 'tost.pth')
+    with pytest.raises(CheckpointMismatchError) as err:
+        pretrained('cbt', tmp_path / 'tost.pth')
+    for text in ('tost.pth', 'layers.0.attn.eta', 'layers.0.ffn',
+                 'whitebox2mmseg.py', 'init_cfg.allow_partial=True'):
+        assert text in str(err.value)
+    partial = pretrained('cbt', tmp_path / 'tost.pth', allow_partial=True)
+    assert torch.equal(partial.pos_embed, other.pos_embed)
+
+
+def test_cbsa_adapted_vit_takes_a_vit_checkpoint(tmp_path):
+    """Only the step sizes QKVCBSA adds may be absent from a converted ViT
+    checkpoint; they keep their initial value."""
+    vit = build('vit')
+    with torch.no_grad():
+        for param in vit.parameters():
+            param.add_(1)
+    torch.save(vit.state_dict(), tmp_path / 'vit.pth')
+    adapted = pretrained('cbsa-vit', tmp_path / 'vit.pth')
+    assert torch.equal(adapted.layers[1].attn.qkv.weight,
+                       vit.layers[1].attn.qkv.weight)
+    assert torch.equal(adapted.layers[1].attn.kappa,
+                       torch.ones_like(adapted.layers[1].attn.kappa))
+    state = vit.state_dict()
+    state.pop('layers.1.attn.qkv.weight')
+    torch.save(state, tmp_path / 'partial.pth')
+    with pytest.raises(ValueError, match=r'1 missing .*layers\.1\.attn\.qkv'):
+        pretrained('cbsa-vit', tmp_path / 'partial.pth')
+
+
+def test_pretrained_position_embedding_is_resized(tmp_path):
+    """A checkpoint's square position grid is resized to img_size's."""
+    source = build('cbt', img_size=32)  # 4x4 grid
+    torch.save(source.state_dict(), tmp_path / 'small.pth')
+    model = pretrained('cbt', tmp_path / 'small.pth')  # 8x8 grid
+    expected = model.resize_pos_embed(source.pos_embed, (8, 8), (4, 4),
+                                      model.interpolate_mode)
+    torch.testing.assert_close(model.pos_embed.data, expected)
+
+
+def test_position_embedding_follows_the_grid_shape():
+    """Resized whenever the token grid differs from the trained one, also
+    at the trained number of tokens (mmseg's ViT compares counts only)."""
+    model = build('cbt').eval()  # img_size 64, patch 8: an 8x8 grid
+    for hw in ((4, 16), (8, 8), (5, 7)):
+        tokens = torch.randn(1, 1 + hw[0] * hw[1], 32)
+        expected = tokens + (model.pos_embed if hw == (8, 8) else
+                             model.resize_pos_embed(
+                                 model.pos_embed, hw, (8, 8),
+                                 model.interpolate_mode))
+        torch.testing.assert_close(
+            model._pos_embeding(tokens, hw, model.pos_embed), expected)
+    assert model(torch.randn(1, 3, 32, 128))[0].shape == (1, 32, 4, 16)
+
+
 @pytest.mark.parametrize('name', list(VARIANTS))
-def test_checkpointing_gives_the_same_gradients(name):
+def test_checkpointing_gives_the_same_gradients(name, monkeypatch):
+    from mmseg_whitebox.models.backbones import white_box_vit
+    checkpointed = []
+
+    def counting(function, *args, **kwargs):
+        checkpointed.append(function)
+        return torch.utils.checkpoint.checkpoint(function, *args, **kwargs)
+
+    monkeypatch.setattr(white_box_vit, 'checkpoint', counting)
     image = torch.randn(2, 3, 40, 56)
     grads = []
     for with_cp in (False, True):
@@ -142,6 +228,7 @@ def test_checkpointing_gives_the_same_gradients(name):
         ).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()
                       if p.grad is not None})
+    assert checkpointed == list(model.layers)  # only with with_cp
     assert grads[0].keys() == grads[1].keys()
     for key in grads[0]:
         torch.testing.assert_close(grads[1][key], grads[0][key])

@@ -270,6 +270,30 @@ def test_white_box_converter_tools(tmp_path):
                     check=False)
     assert proc.returncode == 2 and 'fn.odd' in proc.stderr
     assert not (tmp_path / 'out.pth').exists()
+    # --config: the result must fit the backbone that will load it. The
+    # CBSA repository's ToST is TSSA + ISTA at CBT's widths, not tost_t
+    torch.save(published_state_dict('cbsa', 'TSSA', 192, 3, 64),
+               tmp_path / 'tost.pth')
+    backbone = ("model = dict(backbone=dict(type='WhiteBoxViT', "
+                "img_size=224, embed_dims=192, num_layers=2, "
+                "final_norm=True, stem_cfg=dict(type='ConvPatchStem'), "
+                "attn_cfg=dict(type='TSSA', {}), ffn_cfg=dict(type='{}')))\n")
+    (tmp_path / 'tost_t.py').write_text(
+        backbone.format('num_heads=4, head_dim=48', 'MLP'))
+    (tmp_path / 'fits.py').write_text(
+        backbone.format('num_heads=3, head_dim=64', 'ISTA'))
+    convert = ['tools/model_converters/whitebox2mmseg.py',
+               str(tmp_path / 'tost.pth'), str(tmp_path / 'tost.mmseg'),
+               '--config']
+    proc = run_tool(convert + [str(tmp_path / 'tost_t.py')], check=False)
+    assert proc.returncode == 2
+    for text in ('layers.0.attn.temp: checkpoint (3, 1) vs model (4, 1)',
+                 'missing', 'layers.0.ffn.layers.0.0.weight',
+                 'not in the model', 'layers.0.ffn.weight'):
+        assert text in proc.stderr, text
+    assert not (tmp_path / 'tost.mmseg').exists()
+    run_tool(convert + [str(tmp_path / 'fits.py')])
+    assert (tmp_path / 'tost.mmseg').exists()
     timm_state = timm_vit('vit_tiny_patch16_384', 96).state_dict()
     torch.save(timm_state, tmp_path / 'vit.pth')
     run_tool(['tools/model_converters/timm2mmseg.py', '--to', 'white-box',

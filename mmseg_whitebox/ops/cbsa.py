@@ -15,9 +15,11 @@ all ``N`` tokens, in every subspace ``k`` (CBSA paper, Sec. 3.2):
 
 * contraction and broadcast, eq. (6)-(8): self-attention among the
   representatives (query = key = value = ``U_k^T Q``) gives their
-  contraction directions, which ``A_k^T`` broadcasts back to every token::
+  contraction directions, which ``A_k^T`` broadcasts back to every token,
+  and ``U_k`` takes back to ``R^d``::
 
-      Z <- Z + kappa_k * [U_k^T Q softmax((U_k^T Q)^T (U_k^T Q) / sqrt(p))] A_k^T
+      C_k = U_k^T Q softmax((U_k^T Q)^T (U_k^T Q) / sqrt(p))
+      Z <- Z + sum_k kappa_k U_k C_k A_k^T
 
 ``eta_k`` and ``kappa_k`` are learnable per subspace with free sign. Cost is
 ``O(N m p K)``: linear in the number of tokens for a fixed grid of

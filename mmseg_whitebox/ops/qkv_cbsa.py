@@ -21,8 +21,9 @@ projection of its role, per head ``k``:
 
 then the pretrained output projection. With the tokens themselves as
 representatives (``R = Q, K, V``) and identity coefficients, the
-contraction is softmax attention and the operator is the MHSA it replaces
-(Sec. 3.3); with ``m`` representatives it costs ``O(N m p K)``. Without
+contraction is the softmax attention of the MHSA it replaces (Sec. 3.3;
+the broadcast then attends over its result once more); with ``m``
+representatives it costs ``O(N m p K)``. Without
 the contraction it is the paper's "CBSA without contraction", an Agent
 Attention.
 """
@@ -52,6 +53,10 @@ class QKVCBSA(QKVProjection):
         rep_stop_grad: stop the gradient through the pooled initial
             representatives (eq. 5's ``sg``).
     """
+
+    #: parameters a converted ViT checkpoint does not have (the step sizes;
+    #: everything else is the pretrained attention's)
+    added_parameters = ('eta', 'kappa')
 
     def __init__(self,
                  dim: int,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 from mmengine.hooks import Hook
@@ -113,6 +113,15 @@ def compare_state_dict(
     return missing, unexpected, mismatched
 
 
+def added_parameters(model: torch.nn.Module) -> List[str]:
+    """Keys a converted checkpoint may lack: parameters that modules add to
+    what they convert (their ``added_parameters``, e.g. QKVCBSA's step
+    sizes, which a pretrained ViT does not have)."""
+    return [f'{name}.{param}' if name else param
+            for name, module in model.named_modules()
+            for param in getattr(module, 'added_parameters', ())]
+
+
 def nonfinite_weights(state_dict: Mapping[str, Any]
                       ) -> List[Tuple[str, int, int]]:
     """``(key, non-finite count, numel)`` of floating tensors with NaN/Inf."""
@@ -136,14 +145,18 @@ def check_state_dict(model: torch.nn.Module,
                      allow_partial: bool = False,
                      allow_nonfinite: bool = False,
                      partial_flag: str = 'allow_partial=True',
-                     nonfinite_flag: str = 'allow_nonfinite=True') -> None:
+                     nonfinite_flag: str = 'allow_nonfinite=True',
+                     optional: Iterable[str] = ()) -> None:
     """Raise unless ``state_dict`` fits ``model`` exactly and is finite.
 
     With ``allow_partial``/``allow_nonfinite`` the problem is logged as a
     warning instead. ``*_flag`` name the override in the message (the
-    tools name their command-line flags).
+    tools name their command-line flags). Keys in ``optional`` may be
+    missing (parameters the model adds to what it loads).
     """
     missing, unexpected, mismatched = compare_state_dict(model, state_dict)
+    optional = set(optional)
+    missing = [k for k in missing if k not in optional]
     if missing or unexpected or mismatched:
         parts = []
         if mismatched:

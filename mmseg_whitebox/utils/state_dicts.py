@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import os.path as osp
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -41,19 +41,43 @@ def read_state_dict(path: str) -> StateDict:
     return checkpoint
 
 
-def convert_file(src: str, dst: str, convert: Converter) -> str:
+def convert_file(src: str, dst: str, convert: Converter,
+                 config: Optional[str] = None) -> str:
     """Convert the state dict in ``src`` and save it to ``dst`` as a
     weights-only checkpoint (``dict(state_dict=...)``, what
     ``init_cfg=dict(type='Pretrained', checkpoint=dst)`` reads). A key
     ``convert`` cannot map stops the conversion before anything is
-    written (``ValueError`` listing them). Returns a one-line summary."""
+    written (``ValueError`` listing them); so does, with ``config``, a
+    result that does not fit that config's backbone exactly (see
+    :func:`check_fits_backbone`). Returns a one-line summary."""
     converted, dropped, unmapped = convert(read_state_dict(src))
     if unmapped:
         raise ValueError(f'{len(unmapped)} keys of {src} cannot be mapped '
                          f'(is it the right kind of checkpoint?): '
                          f'{", ".join(unmapped)}')
+    if config is not None:
+        check_fits_backbone(dict(converted), config)
     os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
     torch.save(dict(state_dict=converted), dst)
     return (f'wrote {dst}: {len(converted)} tensors' +
             (f'; dropped the classifier ({", ".join(dropped)})'
              if dropped else ''))
+
+
+def check_fits_backbone(state: StateDict, config: str) -> None:
+    """Raise unless converted backbone weights fit the backbone of the
+    mmseg ``config`` that is to load them (strictly, as WhiteBoxViT's
+    pretrained loading does)."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from mmseg_whitebox.models.backbones.white_box_vit import \
+        check_pretrained
+    if not osp.isfile(config):
+        raise ValueError(f'config {config!r} does not exist')
+    cfg = Config.fromfile(config)
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    backbone = MODELS.build(dict(cfg.model.backbone, init_cfg=None))
+    check_pretrained(backbone, state, f'the converted weights (for '
+                     f'{config})')

@@ -2,6 +2,7 @@
 project's WhiteBoxViT.
 
     python tools/model_converters/timm2mmseg.py SRC DST [--to white-box]
+        [--config CONFIG]
 
 SRC: a timm ``vit_{tiny,small,base,large}_patch16_*`` state dict
 (``.pth``, read weights-only, or ``.safetensors``). DST: a weights-only
@@ -12,7 +13,9 @@ backbone with ``patch_bias=True`` (the patch embedding keeps its bias).
 the pretrained query/key/value projections); SRC may then also be an
 mmseg ViT checkpoint (mmseg's converted Segmenter weights). The
 classification head is dropped; a key that cannot be mapped stops the
-conversion, with the list of such keys, and nothing is written.
+conversion, with the list of such keys, and nothing is written; so does,
+with ``--config``, a result that does not fit that config's backbone
+exactly (the check its pretrained loading makes).
 """
 import argparse
 
@@ -32,9 +35,12 @@ def main(argv=None) -> None:
     p.add_argument('--to', choices=list(CONVERTERS), default='vit',
                    help="the backbone: mmseg's VisionTransformer (vit, "
                    'default) or WhiteBoxViT (white-box)')
+    p.add_argument('--config', help='the config that will load DST: '
+                   'check that the weights fit its backbone before writing')
     args = p.parse_args(argv)
     try:
-        print(convert_file(args.src, args.dst, CONVERTERS[args.to]))
+        print(convert_file(args.src, args.dst, CONVERTERS[args.to],
+                           args.config))
     except ValueError as exc:
         raise ToolError(str(exc)) from exc
 

@@ -2,6 +2,7 @@
 this project's WhiteBoxViT.
 
     python tools/model_converters/whitebox2mmseg.py SRC DST [--layout L]
+        [--config CONFIG]
 
 SRC: a state dict of the CBSA repository's ``CBSA_image_classification``
 models (CBT and its CRATE/ToST variants; convolutional stem) or of the
@@ -11,7 +12,13 @@ weights-only checkpoint for ``init_cfg=dict(type='Pretrained',
 checkpoint=DST)`` of a WhiteBoxViT with the matching ``stem_cfg``
 (``ConvPatchStem`` / ``NormedPatchEmbed``), operators and sizes. The
 classifier is dropped; a key that cannot be mapped stops the conversion,
-with the list of such keys, and nothing is written.
+with the list of such keys, and nothing is written; so does, with
+``--config``, a result that does not fit that config's backbone exactly
+(the check its pretrained loading makes). The CBSA repository's CRATE and
+ToST variants are MSSA/TSSA + ISTA at CBT's widths, not this project's
+``crate_*``/``tost_*`` (the CRATE and ToST papers' sizes): their config
+sets e.g. ``backbone=dict(_base_.cbt_t, stem_cfg=_base_.cbt_stem,
+attn_cfg=dict(type='TSSA', num_heads=3, head_dim=64))``.
 """
 import argparse
 from functools import partial
@@ -31,10 +38,13 @@ def main(argv=None) -> None:
                    default='auto',
                    help='cbsa: the CBSA repository (CBT, convolutional '
                    'stem); crate: the CRATE repository; auto: detected')
+    p.add_argument('--config', help='the config that will load DST: '
+                   'check that the weights fit its backbone before writing')
     args = p.parse_args(argv)
     try:
-        print(convert_file(args.src, args.dst,
-                           partial(white_box_to_mmseg, layout=args.layout)))
+        print(convert_file(
+            args.src, args.dst,
+            partial(white_box_to_mmseg, layout=args.layout), args.config))
     except ValueError as exc:
         raise ToolError(str(exc)) from exc
 

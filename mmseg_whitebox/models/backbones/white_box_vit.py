@@ -15,6 +15,7 @@ code pools ``w[:, :-1]`` although its CLS token is first).
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -57,6 +58,30 @@ def check_local_checkpoint(path: Optional[str]) -> None:
             f'pretrained backbone weights {path!r} do not exist. Convert '
             f'them with {CONVERTERS}, or train from scratch with '
             'model.backbone.init_cfg=None')
+
+
+def check_pretrained(vit: VisionTransformer, state: Dict[str, Any],
+                     source: str, allow_partial: bool = False) -> None:
+    """Raise unless the converted weights ``state`` fit ``vit`` (an mmseg
+    ``VisionTransformer`` or a WhiteBoxViT) exactly, as its pretrained
+    loading will load them: the position embedding is resized to the
+    model's grid first (in ``state``), and parameters the model's
+    operators add (``added_parameters``) may be absent."""
+    from mmseg_whitebox.utils.checkpoint_checks import (added_parameters,
+                                                        check_state_dict)
+    pos_embed = state.get('pos_embed')
+    if pos_embed is not None and pos_embed.shape != vit.pos_embed.shape:
+        side = int(math.sqrt(pos_embed.shape[1] - 1))
+        grid = (vit.img_size[0] // vit.patch_size,
+                vit.img_size[1] // vit.patch_size)
+        state['pos_embed'] = vit.resize_pos_embed(pos_embed, grid,
+                                                  (side, side),
+                                                  vit.interpolate_mode)
+    check_state_dict(
+        vit, state, source, allow_partial=allow_partial,
+        partial_flag='init_cfg.allow_partial=True (or convert the '
+        f'checkpoint for this architecture with {CONVERTERS})',
+        optional=added_parameters(vit))
 
 
 @MODELS.register_module()
@@ -132,18 +157,63 @@ class WhiteBoxViT(VisionTransformer):
         self._freeze_stages()
 
     def init_weights(self) -> None:
-        """mmseg's ViT initialisation (or the pretrained weights), then,
-        unless pretrained, the operators' own published initialisations
-        (mmseg's would overwrite e.g. MSSA's N(0, 1/d) bases)."""
-        pretrained = (isinstance(self.init_cfg, dict) and self.init_cfg.get(
-            'type') in ('Pretrained', 'Pretrained_Part'))
-        if pretrained:
-            check_local_checkpoint(self.init_cfg.get('checkpoint'))
+        """The pretrained weights (``init_cfg=dict(type='Pretrained',
+        checkpoint=...)``), loaded strictly; or mmseg's ViT initialisation
+        followed by the operators' own published ones (mmseg's would
+        overwrite e.g. MSSA's N(0, 1/d) bases)."""
+        if (isinstance(self.init_cfg, dict) and self.init_cfg.get('type')
+                in ('Pretrained', 'Pretrained_Part')):
+            self.load_pretrained(**self.init_cfg)
+            return
         super().init_weights()
-        if not pretrained:
-            for module in self.modules():
-                if isinstance(module, SubspaceAttention):
-                    module.reset_parameters()
+        for module in self.modules():
+            if isinstance(module, SubspaceAttention):
+                module.reset_parameters()
+
+    def load_pretrained(self, checkpoint: str, type: str = 'Pretrained',
+                        allow_partial: bool = False, **_) -> None:
+        """Load converted weights, as mmseg's ViT does (position embedding
+        resized to ``img_size``; ``Pretrained_Part``: the
+        ``image_encoder.`` keys), but strictly: mmseg would only print the
+        keys of a checkpoint of another architecture or size and train on
+        from a half-initialised encoder. ``allow_partial=True`` in
+        ``init_cfg`` loads the matching weights anyway. Parameters an
+        operator adds to what it converts (``added_parameters``, e.g.
+        QKVCBSA's step sizes) may be absent."""
+        from mmengine.runner import CheckpointLoader
+        from mmengine.runner.checkpoint import load_state_dict
+
+        from mmseg_whitebox.utils.checkpoint_checks import state_dict_of
+        check_local_checkpoint(checkpoint)
+        state = state_dict_of(CheckpointLoader.load_checkpoint(
+            checkpoint, map_location='cpu', logger='current'))
+        if type == 'Pretrained_Part':
+            prefix = 'image_encoder.'
+            state = {k[len(prefix):]: v for k, v in state.items()
+                     if k.startswith(prefix)}
+        check_pretrained(self, state,
+                         f'pretrained backbone weights {checkpoint!r}',
+                         allow_partial)
+        load_state_dict(self, state, strict=False, logger='current')
+
+    @property
+    def pos_grid(self) -> Tuple[int, int]:
+        """The token grid the position embedding is laid out on."""
+        return (self.img_size[0] // self.patch_size,
+                self.img_size[1] // self.patch_size)
+
+    def _pos_embeding(self, patched_img: torch.Tensor,
+                      hw_shape: Tuple[int, int],
+                      pos_embed: torch.Tensor) -> torch.Tensor:
+        """Add the position embedding, resized to the token grid whenever
+        the grid differs from the trained one (mmseg's ViT resizes only
+        when the token count differs, so e.g. a 16x64 grid after training
+        on 32x32 would take the 32x32 positions unchanged)."""
+        if tuple(hw_shape) != self.pos_grid:
+            pos_embed = self.resize_pos_embed(pos_embed, hw_shape,
+                                              self.pos_grid,
+                                              self.interpolate_mode)
+        return self.drop_after_pos(patched_img + pos_embed)
 
     def _freeze_stages(self) -> None:
         if self.frozen_stages < 0:

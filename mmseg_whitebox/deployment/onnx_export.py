@@ -323,13 +323,15 @@ def export_and_check(config: str,
                      other_shapes: Sequence[Shape] = (),
                      cfg_options: Optional[dict] = None,
                      min_agreement: float = MIN_AGREEMENT,
+                     report_file: Optional[str] = None,
                      log=print) -> Dict[str, Any]:
     """Load ``config`` with ``checkpoint`` (weights-only, refused when it
     does not fit), export it to ``out`` and check it with onnxruntime at
     ``shape`` and, for a ``dynamic`` graph, at ``other_shapes`` (default:
     one non-square size). Raises :class:`ToolError` on bad input or when
     the argmax agreement at any size is below ``min_agreement``. Returns
-    the report (also what ``--json`` writes)."""
+    the report, also written to ``report_file`` (``--json``), before the
+    agreement is judged, so a failing graph's figures are kept."""
     from mmseg_whitebox.compat import UnsafeCheckpointError
     from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
                                                         init_model)
@@ -381,6 +383,9 @@ def export_and_check(config: str,
     report = dict(config=config, checkpoint=checkpoint, onnx=out,
                   dynamic=dynamic, opset=opset,
                   parity=[asdict(r) for r in results])
+    if report_file:
+        with open(report_file, 'w') as f:
+            json.dump(report, f, indent=2)
     check_agreement(results, min_agreement, out)
     return report
 

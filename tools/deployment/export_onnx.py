@@ -21,7 +21,6 @@ the agreement anywhere is below --min-agreement (99.9%). Needs the deploy
 extra: pip install -c constraints.txt -e ".[deploy]".
 """
 import argparse
-import json
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.utils.cli import (add_cfg_options_arg, run_tool,
@@ -57,10 +56,7 @@ def main(argv=None):
         args.config, args.checkpoint, args.out, args.shape,
         dynamic=args.dynamic, opset=args.opset,
         other_shapes=args.check_shape, cfg_options=args.cfg_options,
-        min_agreement=args.min_agreement)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(report, f, indent=2)
+        min_agreement=args.min_agreement, report_file=args.json)
     print(f'wrote {args.out}')
     return report
 

@@ -315,12 +315,14 @@ def test_non_checkpoint_file(tmp_path, content, looks):
 def test_checkpoint_of_another_num_classes(tmp_path):
     path = save(tmp_path / 'c.pth', Net(classes=19).state_dict())
     model = Net(classes=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     with raises_naming(CheckpointMismatchError, path, '2 with another shape',
                        'cls.weight: checkpoint (19, 8) vs model (3, 8)',
                        'num_classes', 'allow_partial=True'):
         load_checkpoint(model, path)
-    before = model.cls.weight.clone()
-    assert torch.equal(model.cls.weight, before)  # nothing was loaded
+    # nothing was loaded, not even the weights that would have fitted
+    assert all(torch.equal(v, before[k])
+               for k, v in model.state_dict().items())
 
 
 def test_checkpoint_of_another_architecture(tmp_path):
@@ -467,6 +469,23 @@ def test_tta_without_its_settings():
     cfg = Config(dict(tta_model=cfg.tta_model))  # a config without one
     with raises_naming(ToolError, '--tta needs tta_pipeline'):
         check_tta(cfg)
+
+
+def test_missing_data_root_names_the_key_to_set(tmp_path):
+    """Inside dataset wrappers the advice names the wrapped dataset's key."""
+    from mmseg_whitebox.utils.cli import check_data_roots
+    inner = [dict(type='ADE20KDataset', data_root=str(tmp_path)),
+             dict(type='ADE20KDataset', data_root=str(tmp_path / 'absent'))]
+    cfg = Config(dict(train_dataloader=dict(dataset=dict(
+        type='RepeatDataset', times=2,
+        dataset=dict(type='ConcatDataset', datasets=inner)))))
+    with raises_naming(ToolError, 'train_dataloader: dataset folder',
+                       str(tmp_path / 'absent'), '--cfg-options train_'
+                       'dataloader.dataset.dataset.datasets.1.data_root='):
+        check_data_roots(cfg, ['train_dataloader', 'val_dataloader'])
+    inner[1]['data_root'] = str(tmp_path)
+    check_data_roots(Config(dict(train_dataloader=dict(dataset=inner[1]))),
+                     ['train_dataloader'])
 
 
 def test_tta_with_the_bounded_memory_segmentor():

@@ -221,7 +221,7 @@ def test_bitwise_restoration_on_failure_mid_evaluation(failure):
     assert len(sweep.store.partial_draws('decoder', 0.1)) == 1
 
 
-def test_bitwise_restoration_after_a_sweep_and_interrupted_noise():
+def test_bitwise_restoration_after_a_sweep_and_interrupted_noise(monkeypatch):
     model = build_model('cbsa')
     before = snapshot(model)
     sel = select_parameters(model, 'decoder-attention')
@@ -233,22 +233,24 @@ def test_bitwise_restoration_after_a_sweep_and_interrupted_noise():
     NoiseSweep(model, evaluate, [sel], [1e-3, 0.1, 10.0],
                num_seeds=2).run()
     assert snapshot(model) == before
-    # an interruption while the noise is being added also restores
-    params = list(sel.parameters)
+    # an interruption while the noise is being added (after 3 parameters
+    # were perturbed) also restores
+    from mmseg_whitebox.robustness import perturbation
+    real_noise_like = perturbation.noise_like
+    calls = []
 
-    class Interrupting(list):
-        def __iter__(self):
-            for i, item in enumerate(params):
-                if i == 3:
-                    raise KeyboardInterrupt
-                yield item
+    def interrupting(*args):
+        calls.append(1)
+        if len(calls) == 4:
+            assert snapshot(model) != before  # some noise was added
+            raise KeyboardInterrupt
+        return real_noise_like(*args)
 
-    noise = ParameterNoise(params, 1.0)
-    noise.parameters = Interrupting()
+    monkeypatch.setattr(perturbation, 'noise_like', interrupting)
     with pytest.raises(KeyboardInterrupt):
-        with noise:
+        with ParameterNoise(list(sel.parameters), 1.0):
             pass
-    assert snapshot(model) == before
+    assert len(calls) == 4 and snapshot(model) == before
 
 
 def predict(model):
@@ -297,6 +299,21 @@ def test_ablation_equals_attention_zeroed_by_hand(name):
             site.attention.forward = (
                 lambda x, *a, **kw: torch.zeros_like(x))
     torch.testing.assert_close(forward(model), ablated, rtol=0, atol=0)
+
+
+def test_hook_contexts_nest():
+    """Leaving an inner context removes its own hooks only: the outer
+    ablation still holds, and usage is recorded while both are on."""
+    model = build_model('cbsa')
+    sites = find_attention_sites(model)
+    with AttentionAblation(sites):
+        ablated = forward(model)
+        with AttentionUsage(sites) as usage:
+            forward(model)
+        after_inner = forward(model)
+    assert usage.ratios[sites[0].name] == [0.0]  # the ablation came first
+    torch.testing.assert_close(after_inner, ablated, rtol=0, atol=0)
+    assert not torch.allclose(forward(model), ablated)
 
 
 def test_usage_ratio_on_known_updates():
@@ -350,6 +367,15 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
     ResultStore.check_out_dir(str(tmp_path / 'new'))
     with pytest.raises(ValueError, match='num_seeds'):
         ResultStore(str(tmp_path), dict(setup, num_seeds=3), resume=True)
+    # other --cfg-options (e.g. slide instead of whole inference) would mix
+    # results of different settings; a tuple compares as its stored list
+    options = dict(setup, cfg_options={'model.test_cfg.crop_size': (8, 8)})
+    ResultStore(str(tmp_path / 'opts'), options).save()
+    ResultStore(str(tmp_path / 'opts'), options, resume=True)
+    with pytest.raises(ValueError, match='cfg_options'):
+        ResultStore(str(tmp_path / 'opts'), dict(
+            options, cfg_options={'model.test_cfg.mode': 'slide'}),
+            resume=True)
     calls.clear()
     store = ResultStore(str(tmp_path), setup, resume=True)
     sweep = NoiseSweep(model, evaluate, [sel], [0.01, 0.1, 1.0], 2,

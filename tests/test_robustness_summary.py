@@ -350,10 +350,11 @@ def test_cli_groups_angles_and_comparison(tiny_ade, tiny_checkpoint,
     with open(out / 'results.json') as f:
         assert len(json.load(f)['subspace_angles']) == len(angles)
     # --subspace-angles without subspace layers is refused up front
-    refused = run_tool(cmd[:2] + ['--target', r'backbone\.layers\.0\.attn\.',
+    refused = run_tool(cmd[:3] + ['--target', r'backbone\.layers\.0\.attn\.',
                                   '--subspace-angles', '--out',
                                   str(tmp_path / 's')] + opts, check=False)
-    assert refused.returncode == 2 and 'subspace' in refused.stderr
+    assert refused.returncode == 2
+    assert 'needs subspace attention layers' in refused.stderr
     cmp = run_tool(['tools/analysis_tools/compare_robustness.py', str(out),
                     str(out), '--labels', 'one', 'two', '--out-dir',
                     str(tmp_path / 'cmp')])

@@ -99,16 +99,21 @@ def test_slide_inference_equal(tiny_ade, per_class):
     windows = []
     handle = model.backbone.register_forward_hook(
         lambda m, args, out: windows.append(args[0].shape[-2:]))
+    evaluate()
+    per_eval = len(windows)  # encoder calls of one evaluation
+    windows.clear()
+    per_class.clear()
     one, shared, areas_one, areas_shared = both_paths(model, evaluate,
                                                       per_class, 'decoder')
     handle.remove()
     assert shared['points'] == one['points']
     for a, b in zip(areas_one, areas_shared):
         assert torch.equal(a, b)
-    # several windows per image; the shared sweep ran the encoder on each
-    # window once per pass (3 passes) instead of once per setting (5)
-    per_eval = len(windows) // (1 + 5 + 1 + 3)
+    # several windows per image; the sequential sweep ran the encoder in
+    # 1 + 5 evaluations, the shared one once per window in each of its
+    # 1 + 3 passes (instead of once per setting: 1 + 5)
     assert per_eval > 2 and set(windows) == {(64, 64)}
+    assert len(windows) == (1 + 5 + 1 + 3) * per_eval
 
 
 def test_fallback_when_a_parameter_is_in_the_encoder(tiny_ade):

@@ -97,8 +97,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=', '.join(NAMED_TARGETS) + ' (the first is the '
                    'default), or a regular expression over parameter names')
     p.add_argument('--layers', nargs='+', type=layer_index,
-                   help='perturb attention layers one at a time: "each", or '
-                   'layer indices (printed by the tool)')
+                   help='perturb one attention layer at a time (its '
+                   'attention parameters within the target, also with '
+                   '--target decoder): "each", or layer indices (printed by '
+                   'the tool)')
     p.add_argument('--mode', choices=MODES, default='absolute',
                    help='absolute sigma (the paper\'s), or relative to each '
                    'tensor\'s RMS')
@@ -183,8 +185,7 @@ def print_summary(data, label: str) -> None:
                   f'{fmt(q["attention_retention"]):>8}'
                   f'{p["nonfinite_fraction"]:>12.2%}')
     print('\nsummary (AUC: area under mIoU over log10 sigma / (range x '
-          'clean); sigma_50: mIoU at half of clean; per sigma: mean +- 95% '
-          'CI (retention / attention retention)):')
+          'clean); sigma_50: mIoU at half of clean):')
     print(markdown_table(summary_rows(
         summaries, label=label,
         num_parameters=data['setup'].get('num_parameters'))))
@@ -272,10 +273,10 @@ def main(argv=None):
                  target=args.target, mode=args.mode, num_seeds=args.seeds,
                  seed=args.seed, name=args.name or name,
                  selections=[s.label for s in selections],
-                 num_parameters={s.label: s.numel for s in selections})
+                 num_parameters={s.label: s.numel for s in selections},
+                 cfg_options=args.cfg_options or {})
     try:
-        store = ResultStore(out if main_process else None, setup,
-                            resume=args.resume)
+        store = ResultStore.on_every_rank(out, setup, resume=args.resume)
     except (FileExistsError, ValueError) as exc:
         raise ToolError(str(exc)) from exc
     if args.subspace_angles:
@@ -305,6 +306,8 @@ def main(argv=None):
 
     try:
         data = sweep.run()
+    except ValueError as exc:  # e.g. an evaluator without mIoU
+        raise ToolError(str(exc)) from exc
     except KeyboardInterrupt:
         plot()
         print(f'\ninterrupted: finished draws are saved in {out}; rerun '

@@ -33,7 +33,7 @@ mmseg's ``FCNHead`` (the linear decoder)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -64,7 +64,6 @@ class AttentionSite:
     attention: nn.Module
     block: nn.Module
     index: int
-    _handles: List[Any] = field(default_factory=list, repr=False)
 
     def named_parameters(self) -> List[Tuple[str, nn.Parameter]]:
         return [(f'{self.name}.{n}', p)
@@ -110,9 +109,10 @@ def _mha_identity(args: Tuple, kwargs: Dict) -> torch.Tensor:
 
 def _add_update_hook(site: AttentionSite,
                      fn: Callable[[torch.Tensor, torch.Tensor],
-                                  Optional[torch.Tensor]]) -> None:
+                                  Optional[torch.Tensor]]) -> List[Any]:
     """Call ``fn(residual_stream, update)`` on every forward of the site;
-    if it returns a tensor, that becomes the site's new update."""
+    if it returns a tensor, that becomes the site's new update. Returns
+    the hook handles."""
     if site.kind == KIND_MMCV_MHA:
 
         def mha_hook(module, args, kwargs, output):
@@ -120,9 +120,8 @@ def _add_update_hook(site: AttentionSite,
             new = fn(identity, output - identity)
             return None if new is None else identity + new
 
-        site._handles.append(
-            site.attention.register_forward_hook(mha_hook, with_kwargs=True))
-        return
+        return [site.attention.register_forward_hook(mha_hook,
+                                                     with_kwargs=True)]
 
     stash: Dict[str, torch.Tensor] = {}
 
@@ -132,37 +131,44 @@ def _add_update_hook(site: AttentionSite,
     def attn_hook(module, args, output):
         return fn(stash.pop('x'), output)
 
-    site._handles.append(site.block.register_forward_pre_hook(block_pre_hook))
-    site._handles.append(site.attention.register_forward_hook(attn_hook))
+    return [site.block.register_forward_pre_hook(block_pre_hook),
+            site.attention.register_forward_hook(attn_hook)]
 
 
-def _remove_hooks(sites: List[AttentionSite]) -> None:
-    for site in sites:
-        for handle in site._handles:
+class _UpdateHooks:
+    """Update hooks owned by one context manager: leaving it removes its
+    own hooks only, so contexts on the same sites nest."""
+
+    def __init__(self, sites: List[AttentionSite]) -> None:
+        self.sites = sites
+        self._handles: List[Any] = []
+
+    def _hook(self, site: AttentionSite, fn: Callable) -> None:
+        self._handles += _add_update_hook(site, fn)
+
+    def __exit__(self, *exc) -> bool:
+        for handle in self._handles:
             handle.remove()
-        site._handles.clear()
+        self._handles.clear()
+        return False
 
 
-class AttentionAblation:
+class AttentionAblation(_UpdateHooks):
     """Context manager: the selected sites' residual updates are zero, so
     each such layer passes its input through (``x <- x``)."""
 
     def __init__(self, sites: List[AttentionSite]) -> None:
         if not sites:
             raise ValueError('no attention sites to ablate')
-        self.sites = sites
+        super().__init__(sites)
 
     def __enter__(self) -> 'AttentionAblation':
         for site in self.sites:
-            _add_update_hook(site, lambda x, update: torch.zeros_like(update))
+            self._hook(site, lambda x, update: torch.zeros_like(update))
         return self
 
-    def __exit__(self, *exc) -> bool:
-        _remove_hooks(self.sites)
-        return False
 
-
-class AttentionUsage:
+class AttentionUsage(_UpdateHooks):
     """Context manager recording ``||update||_F / ||x||_F`` per image and
     site while the model runs. ``x`` is the residual stream entering the
     layer (patch and class tokens), the update is what the attention adds.
@@ -171,7 +177,7 @@ class AttentionUsage:
     """
 
     def __init__(self, sites: List[AttentionSite]) -> None:
-        self.sites = sites
+        super().__init__(sites)
         self.ratios: Dict[str, List[float]] = {s.name: [] for s in sites}
 
     def __enter__(self) -> 'AttentionUsage':
@@ -185,12 +191,8 @@ class AttentionUsage:
                 values.extend((num / den.clamp_min(1e-12)).tolist())
                 return None
 
-            _add_update_hook(site, record)
+            self._hook(site, record)
         return self
-
-    def __exit__(self, *exc) -> bool:
-        _remove_hooks(self.sites)
-        return False
 
     def summary(self) -> List[Dict[str, Any]]:
         rows = []

@@ -12,7 +12,8 @@ for one metric (``mIoU`` by default):
 * ``attention_retention = (mean(sigma) - removed) / (clean - removed)``,
   the share of what the attention contributes that survives the noise
   (``removed``: the attention-removed reference); undefined where the
-  attention is unused (:func:`attention_unused`) or not ablated;
+  attention is unused (:func:`attention_unused`), where removing it
+  raises the metric, or where it was not ablated;
 * ``auc``: the area under the mean curve over ``log10(sigma)`` (trapezoid
   rule over the swept sigmas > 0), divided by ``(log10(sigma_max) -
   log10(sigma_min)) * clean``: 1 is a model that loses nothing over the
@@ -118,7 +119,8 @@ def summarize_selection(points: Sequence[Dict[str, Any]],
         points = [p for p in points if float(p['sigma']) in keep]
     points = sorted(points, key=lambda p: p['sigma'])
     unused = removed is not None and attention_unused(clean, removed)
-    relative = removed is not None and not unused and clean != removed
+    # (removing the attention must cost something for a share to exist)
+    relative = removed is not None and not unused and clean > removed
     rows = []
     for p in points:
         values = _draw_values(p, metric)

@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch.nn as nn
 
+from mmseg_whitebox.ops import fast_path
 from .evaluation import Evaluate, NonFiniteCounter
 from .perturbation import MODES, ParameterNoise
 from .selection import Selection
@@ -58,7 +59,8 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
         if not values:
             continue
         out[f'{key}_mean'] = statistics.fmean(values)
-        out[f'{key}_std'] = statistics.pstdev(values) if len(values) > 1 \
+        # the sample standard deviation, as the confidence interval uses
+        out[f'{key}_std'] = statistics.stdev(values) if len(values) > 1 \
             else 0.0
         out[f'{key}_min'] = min(values)
         out[f'{key}_max'] = max(values)
@@ -99,7 +101,7 @@ class ResultStore:
     def __init__(self, out_dir: Optional[str] = None,
                  setup: Optional[Dict[str, Any]] = None,
                  resume: bool = False) -> None:
-        setup = dict(setup or {})
+        setup = json.loads(json.dumps(setup or {}))  # compared as stored
         self.check_out_dir(out_dir, resume)
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
@@ -117,11 +119,39 @@ class ResultStore:
                     'settings (' + '; '.join(
                         f'{k}: {a!r} there, {b!r} now'
                         for k, (a, b) in diff.items()) + ')')
-            self.data = data
+            self.data = dict(self.empty(), **data)
             self.data['setup'].update(setup)
         else:
-            self.data = dict(setup=setup, clean=None, ablation={},
-                             attention_usage=[], points=[], partial={})
+            self.data = dict(self.empty(), setup=setup)
+
+    @staticmethod
+    def empty() -> Dict[str, Any]:
+        """What a sweep's results hold before anything is evaluated."""
+        return dict(setup={}, clean=None, ablation={}, attention_usage=[],
+                    points=[], partial={})
+
+    @classmethod
+    def on_every_rank(cls, out_dir: Optional[str],
+                      setup: Optional[Dict[str, Any]] = None,
+                      resume: bool = False) -> 'ResultStore':
+        """The store of a (possibly distributed) sweep: rank 0 reads and
+        writes ``out_dir``; the other ranks get rank 0's results, so every
+        rank skips the same finished evaluations (each evaluation gathers
+        across ranks, and ranks that disagreed would mix results or hang),
+        and rank 0's refusal to resume is raised on every rank."""
+        from mmengine.dist import broadcast_object_list, is_main_process
+        store, error = cls(None, setup), None
+        if is_main_process():
+            try:
+                store = cls(out_dir, setup, resume)
+            except (FileExistsError, ValueError) as exc:
+                error = exc
+        shared = [error, store.data]
+        broadcast_object_list(shared)
+        if shared[0] is not None:
+            raise shared[0]
+        store.data = shared[1]
+        return store
 
     @staticmethod
     def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
@@ -159,7 +189,7 @@ class ResultStore:
         self.save()
 
     def add_subspace_rows(self, rows: List[Dict[str, Any]]) -> None:
-        """Rows of :func:`.subspace.subspace_change` (one per selection,
+        """Rows of :func:`.subspaces.subspace_change` (one per selection,
         layer and sigma)."""
         self.data.setdefault('subspace_angles', []).extend(rows)
         self.save()
@@ -332,11 +362,25 @@ class NoiseSweep:
     def _evaluate(self) -> Dict[str, float]:
         with NonFiniteCounter(self.model) as counter:
             metrics = self.evaluate()
+        if 'mIoU' not in metrics:
+            raise ValueError(
+                f'the test evaluator reports {sorted(metrics)}, not mIoU; '
+                "the sweep needs IoUMetric with iou_metrics=['mIoU']")
         metrics = {k: metrics[k] for k in METRICS if k in metrics}
         metrics['nonfinite_fraction'] = counter.fraction
         return metrics
 
     def run(self) -> Dict[str, Any]:
+        """Evaluate what the store does not hold yet; returns its data.
+
+        Every evaluation runs the operators' equations (the inference fast
+        path, which hooked modules never take, is off for the whole
+        sweep), so the clean reference, measured with usage hooks, and
+        the noise draws are computed alike."""
+        with fast_path(False):
+            return self._run()
+
+    def _run(self) -> Dict[str, Any]:
         store = self.store
         if not store.data.get('clean'):
             sites = [s for sel in self.selections for s in sel.sites]

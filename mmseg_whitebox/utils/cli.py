@@ -10,7 +10,7 @@ import argparse
 import os
 import os.path as osp
 import sys
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from mmengine.config import Config, DictAction
 
@@ -125,45 +125,50 @@ def ensure_weights_only_checkpoints(cfg: Config) -> None:
         cfg.custom_hooks = hooks
 
 
-def dataset_configs(dataset: Any) -> Iterable[Any]:
-    """Every dataset config in ``dataset``: the wrappers (ConcatDataset,
-    RepeatDataset, ...) and the real datasets they wrap."""
-    stack = [dataset]
+def dataset_configs(dataset: Any,
+                    key: str = 'dataset') -> Iterable[Tuple[str, Any]]:
+    """``(key, config)`` of every dataset config in ``dataset`` (at
+    ``key``): the wrappers (ConcatDataset, RepeatDataset, ...) and the real
+    datasets they wrap, e.g. ``('dataset.datasets.1', ...)``."""
+    stack = [(key, dataset)]
     while stack:
-        ds = stack.pop()
-        yield ds
+        key, ds = stack.pop()
+        yield key, ds
         if 'datasets' in ds:
-            stack.extend(ds['datasets'])
+            stack.extend((f'{key}.datasets.{i}', d)
+                         for i, d in enumerate(ds['datasets']))
         elif 'dataset' in ds:
-            stack.append(ds['dataset'])
+            stack.append((f'{key}.dataset', ds['dataset']))
 
 
 def _dataloader_roots(cfg: Config, names: Iterable[str]):
+    """``(data_root key, data_root)`` of the real datasets of loaders."""
     for name in names:
         loader = cfg.get(name, None)
         if not loader:
             continue
-        for ds in dataset_configs(loader.get('dataset', {})):
+        for key, ds in dataset_configs(loader.get('dataset', {}),
+                                       f'{name}.dataset'):
             wrapper = 'datasets' in ds or 'dataset' in ds
             if not wrapper and ds.get('data_root'):
-                yield name, ds['data_root']
+                yield f'{key}.data_root', ds['data_root']
 
 
 def check_data_roots(cfg: Config, loaders: Iterable[str]) -> None:
     """Fail early, with advice, when a dataset folder is missing."""
-    for name, root in _dataloader_roots(cfg, loaders):
+    for key, root in _dataloader_roots(cfg, loaders):
         if osp.isdir(root):
             continue
         hint = ('download and convert the dataset as described in the '
                 'README ("Training on real ADE20K") or set '
-                f'--cfg-options {name}.dataset.data_root=...')
+                f'--cfg-options {key}=...')
         if 'synthetic' in root:
             parent = osp.dirname(osp.normpath(root))
             variant = ' --variant context' if 'context' in root else ''
             hint = ('generate it with `python tools/dataset_converters/'
                     f'synthetic_ade20k.py {parent}{variant}`')
-        raise ToolError(f'{name}: dataset folder {root!r} does not exist; '
-                        f'{hint}')
+        raise ToolError(f'{key.split(".")[0]}: dataset folder {root!r} does '
+                        f'not exist; {hint}')
 
 
 def drop_training(cfg: Config) -> None:

@@ -23,7 +23,7 @@ def _type_name(step: Any) -> str:
 def _pipelines(dataset: Any) -> Iterator[list]:
     """The ``pipeline`` lists of a dataset config (wrappers unpacked)."""
     from mmseg_whitebox.utils.cli import dataset_configs
-    for ds in dataset_configs(dataset):
+    for _, ds in dataset_configs(dataset):
         if 'pipeline' in ds:
             yield ds['pipeline']
 
@@ -120,7 +120,9 @@ class CorruptionStore:
                     'settings (' + '; '.join(
                         f'{k}: {old[k]!r} there, {setup[k]!r} now'
                         for k in diff) + ')')
-            data['setup'].update(setup)
+            data.setdefault('setup', {}).update(setup)
+            data.setdefault('clean', None)
+            data.setdefault('results', {})
             self.data = data
         else:
             self.data = dict(setup=setup, clean=None, results={})
@@ -222,7 +224,7 @@ class CorruptionBenchmark:
     """Clean, then every (corruption, severity) of the grid not in
     ``store`` yet: switch the pipeline's :class:`ImageCorruption`
     transforms, ``evaluate()`` (e.g. a
-    :class:`~.evaluation.RunnerEvaluation`), save.
+    :class:`~..evaluation.RunnerEvaluation`), save.
 
     Args:
         evaluate: returns the test metrics (with ``store.metric``).

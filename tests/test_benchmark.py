@@ -157,6 +157,11 @@ def test_time_interleaved_rounds_and_budget():
     # warm-up first, then one call of each per round
     assert order[:2] == ['slow', 'fast']
     assert order[2:6] == ['slow', 'fast', 'slow', 'fast']
+    # a first call longer than the whole budget is the only one timed
+    times = time_interleaved(dict(slow=slow, fast=fast), torch.device('cpu'),
+                             repeats=4, warmup=0, max_seconds=0.01,
+                             settle=False)
+    assert len(times['slow']) == 1 and len(times['fast']) >= 3
 
 
 def test_time_interleaved_settles_each_timed_call():

@@ -57,7 +57,9 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
     the system (which on a CPU costs a small decoder more than its
     compute). Functions slower than a second are not settled. With
     ``max_seconds``, a function stops being timed once that much timed
-    time was spent on it (after at least 3 calls).
+    time was spent on it, after at least 3 calls -- or after one, when
+    that one call alone took longer (a single minutes-long call is
+    already a stable figure).
     """
     if repeats < 1:
         raise ValueError(f'repeats must be >= 1, got {repeats}')
@@ -76,8 +78,9 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
     for _ in range(repeats):
         for name, fn in fns.items():
             done = times[name]
-            if (max_seconds is not None and len(done) >= 3
-                    and sum(done) >= max_seconds):
+            if max_seconds is not None and done and (
+                    done[0] >= max_seconds
+                    or (len(done) >= 3 and sum(done) >= max_seconds)):
                 continue
             if settle and (not done or done[-1] <= SLOW_CALL):
                 call(fn)

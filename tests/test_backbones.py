@@ -1,6 +1,7 @@
 """The white-box backbone: every operator and feed-forward as an mmseg
 backbone, any input size, CLS token or none, activation checkpointing,
 frozen stages, and the same operator classes as the decode heads."""
+import os.path as osp
 import re
 
 import pytest
@@ -11,7 +12,7 @@ from mmseg_whitebox.models.layers import PreNormResidual, WhiteBoxBlock
 from mmseg_whitebox.ops import CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA
 from mmseg_whitebox.robustness.sites import find_attention_sites
 
-from _helpers import demo_configs, run_tool, small_run_options
+from _helpers import REPO, demo_configs, run_tool, small_run_options
 
 SMALL = dict(num_heads=2, head_dim=8)
 VARIANTS = {
@@ -275,19 +276,48 @@ def test_operators_keep_their_own_initialisation():
     assert std == pytest.approx(32**-0.5, rel=0.2)
 
 
-@pytest.mark.parametrize('name', ['crate', 'tost'])
+# the encoders without a demo config of their own: the CBT demo model's
+# encoder with their layers (4 layers, 3 subspaces of 32, as the demo's)
+DEMO_LAYERS = {
+    'crate+cbt': "[dict(type='MSSA', num_heads=3, head_dim=32)] * 2 + "
+                 "[dict(type='CBSA', num_heads=3, head_dim=32, "
+                 "rep_grid=(4, 4))] * 2",
+    'cbsa-vit': "dict(type='QKVCBSA', num_heads=3, head_dim=32, "
+                "rep_grid=(4, 4))",
+}
+DEMO_FFN = {'crate+cbt': "dict(type='ISTA')",
+            'cbsa-vit': "dict(type='MLP', mlp_ratio=4)"}
+
+
+def demo_config(name: str, tmp_path) -> str:
+    if name not in DEMO_LAYERS:
+        return demo_configs()[name]
+    path = tmp_path / f'{name}_demo.py'
+    path.write_text(
+        f"_base_ = {osp.join(REPO, demo_configs()['cbt'])!r}\n"
+        f"model = dict(backbone=dict(attn_cfg={DEMO_LAYERS[name]}, "
+        f"ffn_cfg={DEMO_FFN[name]}))\n")
+    return str(path)
+
+
+@pytest.mark.parametrize('name', ['crate', 'tost', 'crate+cbt', 'cbsa-vit'])
 def test_white_box_encoders_train_through_the_tools(name, tiny_ade,
                                                     tmp_path):
-    """The CRATE and ToST demo models (CBSA head) train from scratch with
-    mmseg's runner: the loss falls (the CBT demo model is trained to a
-    rising mIoU in tests/test_heads.py)."""
+    """White-box encoders under the CBSA head (the CRATE and ToST demo
+    models, the CBT demo model with CRATE+CBT or CBSA-ViT layers) train
+    from scratch through tools/train.py: the loss falls (the CBT demo
+    model is trained to a rising mIoU in tests/test_heads.py)."""
     iters = 30
     opts = small_run_options(tiny_ade, iters=iters, batch_size=4) + [
         'train_dataloader.dataset.data_prefix.img_path=images/training']
-    proc = run_tool(['tools/train.py', demo_configs()[name], '--work-dir',
-                     str(tmp_path), '--cfg-options'] + opts)
+    proc = run_tool(['tools/train.py', demo_config(name, tmp_path),
+                     '--work-dir', str(tmp_path / 'work'),
+                     '--cfg-options'] + opts)
+    log = proc.stdout + proc.stderr
+    # the run's config dump: these layers were trained
+    assert all(op.__name__ in log for op in OPERATORS[name])
     losses = [float(v) for v in re.findall(
-        r'Iter\(train\).*? loss: ([\d.]+)', proc.stdout + proc.stderr)]
+        r'Iter\(train\).*? loss: ([\d.]+)', log)]
     assert len(losses) == iters, losses
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < 0.8 * first, losses

@@ -300,3 +300,24 @@ def test_white_box_converter_tools(tmp_path):
               str(tmp_path / 'vit.pth'), str(tmp_path / 'vit.wb.pth')])
     loaded = torch.load(tmp_path / 'vit.wb.pth', weights_only=True)
     assert 'layers.0.attn.qkv.weight' in loaded['state_dict']
+
+
+def test_timm_converter_checks_against_an_mmseg_vit_config(tmp_path):
+    """mmseg's ViT configs leave out the patch-embedding bias that timm's
+    weights (and the converted file) have: --config says so and names the
+    setting; with it the file is written."""
+    torch.save(timm_vit('vit_tiny_patch16_384', 64).state_dict(),
+               tmp_path / 'vit.pth')
+    config = osp.join(REPO, 'configs/segmenter/'
+                      'segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py')
+    convert = ['tools/model_converters/timm2mmseg.py', str(tmp_path /
+               'vit.pth'), str(tmp_path / 'vit.mmseg'), '--config']
+    proc = run_tool(convert + [config], check=False)
+    assert proc.returncode == 2
+    assert 'patch_embed.projection.bias' in proc.stderr
+    assert 'model.backbone.patch_bias=True' in proc.stderr
+    assert not (tmp_path / 'vit.mmseg').exists()
+    (tmp_path / 'with_bias.py').write_text(
+        f'_base_ = {config!r}\nmodel = dict(backbone=dict(patch_bias=True))\n')
+    run_tool(convert + [str(tmp_path / 'with_bias.py')])
+    assert (tmp_path / 'vit.mmseg').exists()

@@ -77,11 +77,17 @@ def check_pretrained(vit: VisionTransformer, state: Dict[str, Any],
         state['pos_embed'] = vit.resize_pos_embed(pos_embed, grid,
                                                   (side, side),
                                                   vit.interpolate_mode)
-    check_state_dict(
-        vit, state, source, allow_partial=allow_partial,
-        partial_flag='init_cfg.allow_partial=True (or convert the '
-        f'checkpoint for this architecture with {CONVERTERS})',
-        optional=added_parameters(vit))
+    partial_flag = ('init_cfg.allow_partial=True (or convert the '
+                    f'checkpoint for this architecture with {CONVERTERS})')
+    bias = 'patch_embed.projection.bias'
+    if bias in state and bias not in vit.state_dict():
+        # timm ViTs have it; mmseg's ViT configs leave it out by default
+        partial_flag = (f'model.backbone.patch_bias=True in the config ('
+                        f'the checkpoint has {bias}, as timm ViTs do), or '
+                        + partial_flag)
+    check_state_dict(vit, state, source, allow_partial=allow_partial,
+                     partial_flag=partial_flag,
+                     optional=added_parameters(vit))
 
 
 @MODELS.register_module()

@@ -17,7 +17,7 @@ from mmseg_whitebox.analysis.decoder_benchmark import \
     StraightforwardCBSADecoder
 from mmseg_whitebox.ops import CBSA, TSSA
 
-from _helpers import run_tool
+from _helpers import DEMO_MODELS, run_tool
 
 BENCH = 'tools/analysis_tools/benchmark_decoders.py'
 
@@ -272,3 +272,26 @@ def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
     assert rows[('cbsa-vit', '256x256')]['enc_params'] == (
         vit['enc_params'] + 192 + 12 * 2 * 3)
     assert 'enc_fwd_ms' in report['slopes']['cbt']
+
+
+SHARED_BENCH = 'tools/analysis_tools/benchmark_shared_encoder.py'
+
+
+def test_shared_encoder_benchmark_prints_ratio_and_checks_results():
+    config = dict(DEMO_MODELS)['cbsa']
+    proc = run_tool([SHARED_BENCH, '--config', config, '--images', '1',
+                     '--image-size', '128', '160', '--settings', '3',
+                     '--max-heads', '2', '--threads', '1'])
+    out = proc.stdout
+    assert '3 settings of' in out and '2 pass(es)' in out
+    ratio = float(out.split('ratio shared / sequential: ')[1].split()[0])
+    assert ratio > 0
+    assert 'identical metrics in every setting: yes' in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
+def test_shared_encoder_benchmark_refuses_a_missing_device():
+    proc = run_tool([SHARED_BENCH, '--device', 'cuda', '--images', '1'],
+                    check=False)
+    assert proc.returncode == 2
+    assert 'torch sees no CUDA device' in proc.stderr

@@ -4,7 +4,7 @@
         [--config configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py] \
         [--images 2] [--image-size 512 683] [--settings 20] \
         [--max-heads 20] [--target decoder-attention] [--threads N] \
-        [--cfg-options k=v ...]
+        [--device cpu|cuda] [--cfg-options k=v ...]
 
 Builds the config's model with random weights (no pretrained encoder, no
 checkpoint), writes --images synthetic ADE20K-layout validation images of
@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--target', default='decoder-attention')
     p.add_argument('--threads', type=int,
                    help='torch intra-op threads (default: torch\'s)')
+    p.add_argument('--device', default='cpu',
+                   help='where the model runs (default cpu)')
     p.add_argument('--data-dir',
                    help='where the synthetic images go (default: a '
                    'temporary folder)')
@@ -63,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def build(args, data_root: str):
+def build(args, data_root: str, device: torch.device):
     """Model (random weights), test dataloader and evaluator."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
@@ -82,18 +84,22 @@ def build(args, data_root: str):
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()
+    model.to(device)
     loader = Runner.build_dataloader(cfg.test_dataloader)
     return cfg, model.eval(), loader
 
 
-def timed_evaluation(model, evaluate):
+def timed_evaluation(model, evaluate, device: torch.device):
     """Seconds of one evaluation, and of the encoder within it."""
+    from mmseg_whitebox.analysis.benchmark import synchronize
     spent = [0.0]
     extract_feat = model.extract_feat
 
     def timed(inputs):
+        synchronize(device)
         start = time.perf_counter()
         feats = extract_feat(inputs)
+        synchronize(device)
         spent[0] += time.perf_counter() - start
         return feats
 
@@ -116,13 +122,16 @@ def main(argv=None) -> float:
                                                       quiet_logging)
     from mmseg_whitebox.robustness.shared_encoder import (
         NoiseSetting, SharedEncoderEvaluation)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from mmseg_whitebox.analysis.decoder_benchmark import prepare_run
+    try:
+        device, _ = prepare_run(args.device, args.threads, None)
+    except (ValueError, RuntimeError) as exc:
+        raise ToolError(f'--device {args.device}: {exc}') from exc
     with tempfile.TemporaryDirectory() as tmp:
         data_root = generate_synthetic_ade20k(
             args.data_dir or tmp, num_train=1, num_val=args.images,
             image_size=tuple(args.image_size), size_jitter=0.0, seed=0)
-        cfg, model, loader = build(args, data_root)
+        cfg, model, loader = build(args, data_root, device)
         try:
             sel = select_parameters(model, args.target)
         except ValueError as exc:
@@ -143,11 +152,11 @@ def main(argv=None) -> float:
         print(f'{args.config}: random weights, {args.images} synthetic '
               f'{args.image_size[0]}x{args.image_size[1]} images, inference '
               f'{test_cfg}, {args.settings} settings of {sel.label} noise, '
-              f'{torch.get_num_threads()} threads')
+              f'{device}, {torch.get_num_threads()} CPU threads')
         with quiet_logging():
             # warm-up (file cache, allocator), not timed as a setting; it
             # measures the encoder's share of one evaluation
-            t_clean, t_encoder = timed_evaluation(model, evaluate)
+            t_clean, t_encoder = timed_evaluation(model, evaluate, device)
             start = time.perf_counter()
             sequential = []
             for s in settings:

@@ -111,6 +111,28 @@ def test_launcher_without_torchrun_environment_is_a_clear_error(monkeypatch):
     assert setup_distributed(Config(dict(launcher='none'))) is None
 
 
+def test_tools_destroy_the_process_group_they_started(tmp_path):
+    """run_tool ends the process group on success and on a ToolError, so
+    no rank leaves its teardown to the interpreter's shutdown."""
+    from mmseg_whitebox.utils.cli import BAD_INPUT
+    from mmseg_whitebox.utils.cli import run_tool as run_tool_main
+
+    def start(argv):
+        dist.init_process_group(
+            'gloo', init_method=f'file://{tmp_path / argv[0]}', rank=0,
+            world_size=1)
+        if argv[1] == 'fail':
+            raise ToolError('bad input')
+        return 'ok'
+
+    assert run_tool_main(start, ['ok', 'pass']) == 'ok'
+    assert not dist.is_initialized()
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool_main(start, ['fail', 'fail'])
+    assert exit_info.value.code == BAD_INPUT
+    assert not dist.is_initialized()
+
+
 def test_gpu_runs_are_left_to_mmengine(monkeypatch):
     """With CUDA the config stays as it is (NCCL, mmengine's wrapper)."""
     monkeypatch.setattr('torch.cuda.is_available', lambda: True)

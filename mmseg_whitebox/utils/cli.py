@@ -32,13 +32,26 @@ class ToolError(Exception):
 def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     """Run a tool's ``main(argv)``; a :class:`ToolError` becomes one clear
     message on stderr and exit status 2. Every script in ``tools/`` ends
-    with ``run_tool(main)``."""
+    with ``run_tool(main)``.
+
+    A process group the tool started (``--launcher pytorch``) is destroyed
+    before the process exits: left to the interpreter's shutdown, gloo's
+    teardown can abort a rank that finishes before the others."""
     try:
         return main(argv)
     except ToolError as exc:
         prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
         print(f'{prog}: error: {exc}', file=sys.stderr)
         sys.exit(BAD_INPUT)
+    finally:
+        end_process_group()
+
+
+def end_process_group() -> None:
+    """Destroy the default process group, if one was initialised."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:

@@ -2,7 +2,9 @@
 draws with its 95% confidence interval (error bars) and the min-max band,
 the AUC and sigma_50 in the legend (:mod:`.summary`), and per model its two
 references: the clean mIoU (dashed) and the mIoU with the perturbed
-attention removed (dotted)."""
+attention removed (dotted). One colour per model; its parameter groups
+(``--groups``) are drawn in that colour with their own markers and dashed
+lines, so a comparison of several models with groups stays readable."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,9 @@ from .summary import (attention_unused, fmt, fmt_sigma50,
                       summarize_results)
 
 Results = Dict[str, Any]
+
+#: markers of a model's parameter-group curves (its whole selection: 'o')
+GROUP_MARKERS = ('s', '^', 'v', 'D', 'P', 'X')
 
 
 def load_results(folder: str) -> Results:
@@ -44,34 +49,44 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
     notes: List[str] = []
-    i = 0
-    for label, results in runs:
+    entries = 0
+    for i, (label, results) in enumerate(runs):
+        color = colors[i % len(colors)]
         clean = (results.get('clean') or {}).get('mIoU')
         mode = results.get('setup', {}).get('mode', 'absolute')
         curves = summarize_results(results)
         summaries = summarize_results(results, sigmas=sigmas)
         selections = list(curves)
         drawn = set()  # clean once per run, each ablation once (groups)
+        groups = 0
         for selection in selections or ['']:
-            color = colors[i % len(colors)]
-            i += 1
             name = label if len(selections) <= 1 else f'{label} {selection}'
             points = [q for q in curves[selection]['points']
                       if q['sigma'] > 0] if selection else []
             if points:
                 xs = [q['sigma'] for q in points]
                 summary = summaries[selection]
+                is_group = ':' in selection
+                if is_group:
+                    marker = GROUP_MARKERS[groups % len(GROUP_MARKERS)]
+                    groups += 1
+                    style = dict(fmt=f'{marker}--', linewidth=1,
+                                 markersize=4, alpha=0.85)
+                else:
+                    style = dict(fmt='o-')
                 ax.errorbar(xs, [q['mean'] for q in points],
                             yerr=[q['ci95'] or 0.0 for q in points],
-                            fmt='o-', color=color, capsize=2,
+                            color=color, capsize=2, **style,
                             label=f'{name}: noise ({mode} sigma), AUC '
                             f'{fmt(summary["auc"], 3)}, sigma_50 '
                             + fmt_sigma50(summary['sigma_50'],
                                           summary['sigma_min'],
                                           summary['sigma_max']))
-                ax.fill_between(xs, [q['min'] for q in points],
-                                [q['max'] for q in points],
-                                color=color, alpha=0.2, linewidth=0)
+                entries += 1
+                if not is_group:  # one min-max band per model
+                    ax.fill_between(xs, [q['min'] for q in points],
+                                    [q['max'] for q in points],
+                                    color=color, alpha=0.2, linewidth=0)
             if clean is not None and 'clean' not in drawn:
                 drawn.add('clean')
                 ax.axhline(clean, color=color, linestyle='--', linewidth=1,
@@ -97,7 +112,10 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
     ax.set_ylim(bottom=0)
     ax.grid(True, which='both', alpha=0.3)
     ax.set_title(title or 'Robustness to parameter noise')
-    ax.legend(fontsize=7, loc='lower left')
+    if entries > 4:  # beside the axes, so it hides no curve
+        ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=7, loc='lower left')
     if notes:
         fig.text(0.01, 0.01, '\n'.join(notes), fontsize=7, color='darkred',
                  va='bottom')

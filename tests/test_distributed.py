@@ -133,6 +133,63 @@ def test_tools_destroy_the_process_group_they_started(tmp_path):
     assert not dist.is_initialized()
 
 
+WORKER_TOOL = """
+import atexit, os, sys
+import torch.distributed as dist
+from mmseg_whitebox.utils.cli import ToolError, run_tool
+
+
+class Finalised:
+    def __del__(self):
+        os.write(1, b'interpreter finalised\\n')
+
+
+MARK = Finalised()
+
+
+def main(argv):
+    dist.init_process_group('gloo')
+    rank = dist.get_rank()
+    atexit.register(lambda: open(f'{sys.argv[2]}/atexit-{rank}', 'w').close())
+    print(f'rank {rank} output left in the buffer')
+    dist.barrier()
+    if rank == 1 and sys.argv[1] == 'fail':
+        raise ToolError('bad input on rank 1')
+
+
+run_tool(main)
+"""
+
+
+@pytest.mark.parametrize('outcome', ['pass', 'fail'])
+def test_distributed_workers_exit_without_interpreter_teardown(tmp_path,
+                                                               outcome):
+    """Under torchrun, run_tool ends a worker without the interpreter's
+    finalisation (where a gloo thread waiting for the GIL aborts the
+    rank), yet as a normal exit: exit handlers run, buffered output is
+    flushed and the exit status is kept."""
+    script = tmp_path / 'worker_tool.py'
+    script.write_text(WORKER_TOOL)
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONUNBUFFERED'}
+    env.update(CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
+    proc = subprocess.run(
+        [sys.executable, '-m', 'torch.distributed.run',
+         f'--nproc_per_node={NPROC}', f'--master_port={free_port()}',
+         str(script), outcome, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert 'interpreter finalised' not in out, out
+    for rank in range(NPROC):
+        assert f'rank {rank} output left in the buffer' in out, out
+        assert (tmp_path / f'atexit-{rank}').is_file(), out
+    if outcome == 'pass':
+        assert proc.returncode == 0, out
+    else:
+        assert proc.returncode != 0
+        assert 'worker_tool.py: error: bad input on rank 1' in out, out
+        assert 'exitcode  : 2' in out, out
+
+
 def test_gpu_runs_are_left_to_mmengine(monkeypatch):
     """With CUDA the config stays as it is (NCCL, mmengine's wrapper)."""
     monkeypatch.setattr('torch.cuda.is_available', lambda: True)

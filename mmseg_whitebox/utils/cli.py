@@ -7,10 +7,11 @@ work dirs and launchers the same way.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import os.path as osp
 import sys
-from typing import Any, Callable, Iterable, Optional, Tuple
+from typing import Any, Callable, Iterable, NoReturn, Optional, Tuple
 
 from mmengine.config import Config, DictAction
 
@@ -35,23 +36,49 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     with ``run_tool(main)``.
 
     A process group the tool started (``--launcher pytorch``) is destroyed
-    before the process exits: left to the interpreter's shutdown, gloo's
-    teardown can abort a rank that finishes before the others."""
+    before the process exits. A worker of a distributed run then leaves
+    through :func:`exit_distributed_worker`, without the interpreter's
+    final teardown: gloo's worker threads can still be releasing tensors
+    at that point, and one that waits for the GIL while the interpreter
+    finalises aborts the whole rank (SIGABRT, "terminate called without
+    an active exception"; pytorch/pytorch#190489)."""
     try:
-        return main(argv)
+        result, status = main(argv), 0
     except ToolError as exc:
         prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
         print(f'{prog}: error: {exc}', file=sys.stderr)
-        sys.exit(BAD_INPUT)
+        result, status = None, BAD_INPUT
     finally:
-        end_process_group()
+        # also when another exception propagates (its traceback follows)
+        ended = end_process_group()
+    if ended and int(os.environ.get('WORLD_SIZE', '1')) > 1:
+        exit_distributed_worker(status)
+    if status:
+        sys.exit(status)
+    return result
 
 
-def end_process_group() -> None:
-    """Destroy the default process group, if one was initialised."""
+def end_process_group() -> bool:
+    """Destroy the default process group, if one was initialised; whether
+    there was one."""
     import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.destroy_process_group()
+    return True
+
+
+def exit_distributed_worker(status: int) -> NoReturn:
+    """End a distributed worker with ``status`` as a normal exit would --
+    exit handlers run (logging's included), stdout and stderr flushed --
+    but without the interpreter's finalisation (see :func:`run_tool`)."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass  # closed or replaced streams: nothing left to flush
+    os._exit(status)
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from mmseg_whitebox.robustness import (GROUPS, NoiseSweep, ResultStore,
                                        select_parameters, sigma_at_fraction,
                                        subspace_change, summarize_results)
 from mmseg_whitebox.robustness.groups import (NON_ATTENTION, OTHER,
-                                              parameter_role)
+                                              group_of, parameter_role)
 from mmseg_whitebox.robustness.sites import KIND_RESIDUAL_BLOCK
 from mmseg_whitebox.robustness.summary import (BELOW_RANGE, NOT_REACHED,
                                                markdown_table, summary_rows)
@@ -236,6 +236,16 @@ def test_groups_of_other_targets_and_errors():
             'qkv', 'biases', 'out-proj', 'step-sizes', OTHER]
     assert set(GROUPS) >= {'bases', 'qkv', 'step-sizes', 'out-proj',
                            'biases'}
+
+
+def test_group_labels_are_told_from_whole_selections():
+    rigorous = select_parameters(build_model('cbsa-rigorous'),
+                                 'decoder-attention')
+    (bases, ) = group_selections(rigorous, ['bases'])
+    assert group_of(bases.label) == 'bases'
+    for whole in ('decoder-attention', 'decoder-attention[0,2]',
+                  r'decode_head\.(?:layers)\.0\.', 'head:weights'):
+        assert group_of(whole) is None, whole
 
 
 def test_group_sweep_shares_one_ablation(tmp_path):

@@ -99,5 +99,18 @@ def group_selections(selection: Selection,
             f'no parameter group {missing} in selection {selection.label!r}'
             f'; it has: {", ".join(grouped)} (all groups: '
             f'{", ".join(GROUPS)})')
-    return [Selection(f'{selection.label}:{g}', selection.target,
+    return [Selection(group_label(selection.label, g), selection.target,
                       grouped[g], list(selection.sites)) for g in groups]
+
+
+def group_label(label: str, group: str) -> str:
+    """The label of parameter group ``group`` of selection ``label``."""
+    return f'{label}:{group}'
+
+
+def group_of(label: str) -> Optional[str]:
+    """The parameter group a selection label names (see
+    :func:`group_label`), or None for a whole selection; a regular
+    expression target may contain ':' itself."""
+    _, sep, group = label.rpartition(':')
+    return group if sep and group in GROUPS else None

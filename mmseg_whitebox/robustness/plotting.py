@@ -11,6 +11,7 @@ import json
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .groups import group_of
 from .summary import (attention_unused, fmt, fmt_sigma50,
                       summarize_results)
 
@@ -66,7 +67,7 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
             if points:
                 xs = [q['sigma'] for q in points]
                 summary = summaries[selection]
-                is_group = ':' in selection
+                is_group = group_of(selection) is not None
                 if is_group:
                     marker = GROUP_MARKERS[groups % len(GROUP_MARKERS)]
                     groups += 1

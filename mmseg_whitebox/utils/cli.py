@@ -50,22 +50,23 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
         result, status = None, BAD_INPUT
     finally:
         # also when another exception propagates (its traceback follows)
-        ended = end_process_group()
-    if ended and int(os.environ.get('WORLD_SIZE', '1')) > 1:
+        world_size = end_process_group()
+    if world_size > 1:
         exit_distributed_worker(status)
     if status:
         sys.exit(status)
     return result
 
 
-def end_process_group() -> bool:
-    """Destroy the default process group, if one was initialised; whether
-    there was one."""
+def end_process_group() -> int:
+    """Destroy the default process group, if one was initialised; its
+    world size (0 if there was none)."""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()):
-        return False
+        return 0
+    world_size = dist.get_world_size()
     dist.destroy_process_group()
-    return True
+    return world_size
 
 
 def exit_distributed_worker(status: int) -> NoReturn:

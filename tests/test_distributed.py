@@ -39,6 +39,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def torchrun_command(*args: str) -> list:
+    """``python -m torch.distributed.run`` with NPROC processes on a free
+    port, running ``args``."""
+    return [sys.executable, '-m', 'torch.distributed.run',
+            f'--nproc_per_node={NPROC}', f'--master_port={free_port()}',
+            *args]
+
+
 def run_script(args, timeout=240, check=True, **env):
     """``bash tools/<script> ARGS`` from the repository root with this
     interpreter as PYTHON and no GPU; on a timeout the whole process group
@@ -173,9 +181,7 @@ def test_distributed_workers_exit_without_interpreter_teardown(tmp_path,
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONUNBUFFERED'}
     env.update(CUDA_VISIBLE_DEVICES='', PYTHONPATH=REPO)
     proc = subprocess.run(
-        [sys.executable, '-m', 'torch.distributed.run',
-         f'--nproc_per_node={NPROC}', f'--master_port={free_port()}',
-         str(script), outcome, str(tmp_path)],
+        torchrun_command(str(script), outcome, str(tmp_path)),
         env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert 'interpreter finalised' not in out, out
@@ -249,12 +255,11 @@ def test_noise_tool_under_torchrun(dist_trained, tmp_path):
     out = tmp_path / 'sweep'
     env = dict(os.environ, CUDA_VISIBLE_DEVICES='', PYTHONUNBUFFERED='1',
                PYTHONPATH=REPO)
-    cmd = [sys.executable, '-m', 'torch.distributed.run',
-           f'--nproc_per_node={NPROC}', f'--master_port={free_port()}',
-           'tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt'],
-           '--sigmas', '0.1', '--seeds', '1', '--out', str(out),
-           '--work-dir', str(tmp_path / 'work'), '--launcher', 'pytorch',
-           '--cfg-options'] + opts
+    cmd = torchrun_command(
+        'tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt'],
+        '--sigmas', '0.1', '--seeds', '1', '--out', str(out), '--work-dir',
+        str(tmp_path / 'work'), '--launcher', 'pytorch',
+        '--cfg-options', *opts)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

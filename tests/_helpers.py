@@ -3,7 +3,11 @@ import os
 import os.path as osp
 import subprocess
 import sys
-from typing import List
+from typing import Any, List
+
+import numpy as np
+import torch
+from mmengine.logging import HistoryBuffer
 
 from mmseg_whitebox.utils.demo_models import DEMO_MODELS, data_options
 
@@ -11,6 +15,36 @@ REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_SEGMENTER = osp.join(
     REPO, 'configs', 'segmenter',
     'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py')
+
+
+def assert_same(a: Any, b: Any, path: str = 'state') -> None:
+    """Bitwise equality of nested checkpoint-like data (dicts in the same
+    key order, lists, tuples, tensors and arrays of the same dtype,
+    mmengine's ``HistoryBuffer``, plain values); ``path`` names the first
+    difference."""
+    if isinstance(a, HistoryBuffer):
+        assert isinstance(b, HistoryBuffer), path
+        assert a.max_length == b.max_length, path
+        for x, y in zip(a.data, b.data):
+            np.testing.assert_array_equal(x, y)
+        return
+    assert type(a) is type(b) or (isinstance(a, tuple)
+                                  and type(b) is tuple), (path, a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b), (path, list(a), list(b))
+        for k in a:
+            assert_same(a[k], b[k], f'{path}.{k}')
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f'{path}[{i}]')
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype, path
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert a == b, (path, a, b)
 
 
 def run_tool(args: List[str], timeout: int = 600,

@@ -20,7 +20,7 @@ from mmseg_whitebox.utils.checkpoint_codec import (decode_checkpoint,
                                                    encode_checkpoint)
 from mmseg_whitebox.utils.cli import BAD_INPUT, ToolError
 
-from _helpers import REPO, run_tool
+from _helpers import REPO, assert_same, run_tool
 
 Point = collections.namedtuple('Point', 'x y')
 
@@ -44,32 +44,6 @@ def training_state(local_types=True):
     if local_types:
         state['message_hub']['runtime_info']['point'] = Point(1, 2)
     return state
-
-
-def assert_same(a, b, path='ckpt'):
-    if isinstance(a, HistoryBuffer):
-        assert isinstance(b, HistoryBuffer), path
-        assert a.max_length == b.max_length
-        for x, y in zip(a.data, b.data):
-            np.testing.assert_array_equal(x, y)
-        return
-    assert type(a) is type(b) or (isinstance(a, tuple)
-                                  and type(b) is tuple), (path, a, b)
-    if isinstance(a, dict):
-        assert list(a) == list(b), path
-        for k in a:
-            assert_same(a[k], b[k], f'{path}.{k}')
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f'{path}[{i}]')
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype, path
-        np.testing.assert_array_equal(a, b)
-    else:
-        assert a == b, path
 
 
 def test_plain_training_state_is_refused_by_weights_only_load(tmp_path):

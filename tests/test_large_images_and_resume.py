@@ -14,7 +14,8 @@ from mmengine.config import Config
 from mmseg.models.segmentors import EncoderDecoder
 from mmseg.structures import SegDataSample
 
-from _helpers import DEMO_SEGMENTER, REPO, small_run_options
+from _helpers import (DEMO_SEGMENTER, REPO, assert_same,
+                      small_run_options)
 from mmseg_whitebox.analysis.benchmark import cpu_peak_supported, peak_memory
 from mmseg_whitebox.analysis.large_image_memory import (agreement,
                                                         build_model,
@@ -138,23 +139,6 @@ def _run(cmd: list) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
-def _assert_equal_state(a, b, where: str) -> None:
-    """Bitwise equality of nested dicts/lists of tensors and plain data."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), (where, set(a) ^ set(b))
-        for key in a:
-            _assert_equal_state(a[key], b[key], f'{where}.{key}')
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_equal_state(x, y, f'{where}[{i}]')
-    else:
-        assert a == b, (where, a, b)
-
-
 def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
         tiny_ade, tmp_path):
     iters = 4
@@ -190,8 +174,8 @@ def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
     b = torch.load(osp.join(crashed, f'iter_{iters}.pth'),
                    weights_only=True)
     assert a['meta']['iter'] == b['meta']['iter'] == iters
-    _assert_equal_state(a['state_dict'], b['state_dict'], 'state_dict')
-    _assert_equal_state(a['optimizer'], b['optimizer'], 'optimizer')
+    assert_same(a['state_dict'], b['state_dict'], 'state_dict')
+    assert_same(a['optimizer'], b['optimizer'], 'optimizer')
     assert a['optimizer']['state'], 'no optimizer state to compare'
 
 

@@ -206,3 +206,22 @@ def test_demo_freeze_encoder_zeroes_every_encoder_step():
                 assert group['lr'] == base_lr, name
     assert any(n.startswith('backbone.') for n in seen)
     assert any(n.startswith('decode_head.') for n in seen)
+
+
+def test_interrupted_tools_keep_what_is_done_and_say_how_to_resume(capsys):
+    """Ctrl-C in a sweep or corruption run (``resumable``): what is done is
+    plotted, one line says where it is and how to continue, exit 130."""
+    from mmseg_whitebox.utils.cli import INTERRUPTED, resumable
+    calls = []
+    with resumable('work_dirs/run', 'draws', lambda: calls.append('plot')):
+        calls.append('work')
+    assert calls == ['work']  # no interruption: nothing else happens
+    with pytest.raises(SystemExit) as stop:
+        with resumable('work_dirs/run', 'draws',
+                       lambda: calls.append('plot')):
+            raise KeyboardInterrupt
+    assert stop.value.code == INTERRUPTED == 130
+    assert calls == ['work', 'plot']
+    err = capsys.readouterr().err
+    assert ('interrupted: finished draws are saved in work_dirs/run; rerun '
+            'with --resume to continue') in err

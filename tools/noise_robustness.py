@@ -42,7 +42,6 @@ message).
 """
 import argparse
 import os.path as osp
-import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.robustness import (NAMED_TARGETS, PAPER_SIGMAS,
@@ -63,7 +62,8 @@ from mmseg_whitebox.robustness.summary import (fmt, markdown_table,
                                                summarize_results,
                                                summary_rows)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
-from mmseg_whitebox.utils.cli import ToolError, add_common_args, run_tool
+from mmseg_whitebox.utils.cli import (ToolError, add_common_args, resumable,
+                                      run_tool)
 from mmseg_whitebox.utils.run_checks import reported_errors
 
 
@@ -305,14 +305,10 @@ def main(argv=None):
         return plot_robustness(runs, osp.join(out, 'robustness.png'))
 
     try:
-        data = sweep.run()
+        with resumable(out, 'draws', plot):
+            data = sweep.run()
     except ValueError as exc:  # e.g. an evaluator without mIoU
         raise ToolError(str(exc)) from exc
-    except KeyboardInterrupt:
-        plot()
-        print(f'\ninterrupted: finished draws are saved in {out}; rerun '
-              'with --resume to continue', file=sys.stderr)
-        raise SystemExit(130)
     finally:
         evaluation.close()
     if main_process:

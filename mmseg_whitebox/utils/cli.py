@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import os.path as osp
 import sys
-from typing import Any, Callable, Iterable, NoReturn, Optional, Tuple
+from typing import (Any, Callable, Iterable, Iterator, NoReturn, Optional,
+                    Tuple)
 
 from mmengine.config import Config, DictAction
 
@@ -20,6 +22,9 @@ HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 
 #: exit status of every tool on bad input (as argparse's own errors)
 BAD_INPUT = 2
+
+#: exit status of a tool stopped with Ctrl-C (128 + SIGINT, as shells say)
+INTERRUPTED = 130
 
 
 class ToolError(Exception):
@@ -56,6 +61,23 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     if status:
         sys.exit(status)
     return result
+
+
+@contextlib.contextmanager
+def resumable(out_dir: str, what: str,
+              on_interrupt: Callable[[], Any] = lambda: None
+              ) -> Iterator[None]:
+    """Ctrl-C in the block of a tool that saves as it goes: call
+    ``on_interrupt`` (e.g. plot what is finished), say where the finished
+    ``what`` are and how to continue, and exit with :data:`INTERRUPTED`
+    instead of a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        on_interrupt()
+        print(f'\ninterrupted: finished {what} are saved in {out_dir}; '
+              'rerun with --resume to continue', file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
 
 
 def end_process_group() -> int:

@@ -23,7 +23,6 @@ Needs the corruptions extra: pip install -e '.[corruptions]'.
 """
 import argparse
 import os.path as osp
-import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.robustness import RunnerEvaluation
@@ -33,7 +32,7 @@ from mmseg_whitebox.robustness.corruptions import (
     load_imagecorruptions, markdown_table, resolve_corruptions)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      check_checkpoint, run_tool)
+                                      check_checkpoint, resumable, run_tool)
 from mmseg_whitebox.utils.run_checks import reported_errors
 
 
@@ -140,15 +139,11 @@ def main(argv=None):
         return None
 
     try:
-        with reported_errors(runner.cfg):
+        with resumable(out, 'evaluations', plot), \
+                reported_errors(runner.cfg):
             bench.run()
     except CorruptionError as exc:
         raise ToolError(str(exc)) from None
-    except KeyboardInterrupt:
-        plot()
-        print(f'\ninterrupted: finished evaluations are saved in {out}; '
-              'rerun with --resume to continue', file=sys.stderr)
-        raise SystemExit(130)
     finally:
         evaluation.close()
     png = plot()

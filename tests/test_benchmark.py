@@ -17,7 +17,7 @@ from mmseg_whitebox.analysis.decoder_benchmark import \
     StraightforwardCBSADecoder
 from mmseg_whitebox.ops import CBSA, TSSA
 
-from _helpers import DEMO_MODELS, run_tool
+from _helpers import DEMO_MODELS, REPO, run_tool
 
 BENCH = 'tools/analysis_tools/benchmark_decoders.py'
 
@@ -243,6 +243,23 @@ def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
     assert proc.returncode == 2
     assert "error: no config for head 'linear' with ViT-t" in proc.stderr
     assert not (tmp_path / 'x').exists()
+
+
+def test_config_lookup_names_what_is_missing_and_what_to_do():
+    from mmseg_whitebox.analysis.decoder_benchmark import head_config
+    from mmseg_whitebox.analysis.encoder_benchmark import encoder_config
+    root = osp.join(REPO, 'configs')
+    assert head_config('cbsa', 's', root).endswith(
+        'cbsa_vit-s_8xb1-160k_ade20k-512x512.py')
+    assert osp.basename(encoder_config('cbt', 's', root)).startswith(
+        'cbsa_cbt-s_')
+    with pytest.raises(FileNotFoundError,
+                       match="no config for encoder 'cbt' of size 'xl' "
+                       r'\(cbsa/cbsa_cbt-xl_\*.*choose another size'):
+        encoder_config('cbt', 'xl', root)
+    with pytest.raises(FileNotFoundError, match="head 'cbsa' with ViT-xl.*"
+                       'leave this head out'):
+        head_config('cbsa', 'xl', root)
 
 
 ENCODER_BENCH = 'tools/analysis_tools/benchmark_encoders.py'

@@ -134,16 +134,23 @@ def parse_size(text: str) -> Tuple[int, int]:
     return parts[0], parts[1]
 
 
-def head_config(name: str, encoder: str, config_root: str) -> str:
-    """The ADE20K config of head ``name`` for ViT-``encoder``."""
-    pattern = HEAD_CONFIGS[name].format(enc=encoder)
+def find_config(config_root: str, pattern: str, what: str,
+                remedy: str) -> str:
+    """The first config (sorted) under ``config_root`` that matches the
+    glob ``pattern``; ``FileNotFoundError`` naming ``what`` is missing and
+    the ``remedy`` if none does."""
     found = sorted(glob.glob(osp.join(config_root, pattern)))
     if not found:
-        raise FileNotFoundError(
-            f'no config for head {name!r} with ViT-{encoder} ({pattern} '
-            f'under {config_root}); choose another encoder or leave this '
-            'head out')
+        raise FileNotFoundError(f'no config for {what} ({pattern} under '
+                                f'{config_root}); {remedy}')
     return found[0]
+
+
+def head_config(name: str, encoder: str, config_root: str) -> str:
+    """The ADE20K config of head ``name`` for ViT-``encoder``."""
+    return find_config(config_root, HEAD_CONFIGS[name].format(enc=encoder),
+                       f'head {name!r} with ViT-{encoder}',
+                       'choose another encoder or leave this head out')
 
 
 def build_heads(names: List[str], encoder: str, device: torch.device,

@@ -12,8 +12,6 @@ of the same size. Timing, memory and slopes are the decoder benchmark's
 """
 from __future__ import annotations
 
-import glob
-import os.path as osp
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -22,7 +20,8 @@ import torch.nn as nn
 from .benchmark import peak_memory
 from .complexity import flop_analyzer
 from .decoder_benchmark import (BenchmarkOptions, autocast, cell,
-                                describe_row, over_limit, time_rows)
+                                describe_row, find_config, over_limit,
+                                time_rows)
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
 ENCODER_CONFIGS = {
@@ -53,13 +52,10 @@ class TensorMode(nn.Module):
 
 
 def encoder_config(name: str, size: str, config_root: str) -> str:
-    pattern = ENCODER_CONFIGS[name].format(size=size)
-    found = sorted(glob.glob(osp.join(config_root, pattern)))
-    if not found:
-        raise FileNotFoundError(
-            f'no config for encoder {name!r} of size {size!r} ({pattern} '
-            f'under {config_root}); choose another size or leave it out')
-    return found[0]
+    """The ADE20K config of encoder ``name`` at ``size``."""
+    return find_config(config_root, ENCODER_CONFIGS[name].format(size=size),
+                       f'encoder {name!r} of size {size!r}',
+                       'choose another size or leave it out')
 
 
 def build_segmentors(names: List[str], size: str, device: torch.device,

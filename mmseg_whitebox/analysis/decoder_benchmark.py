@@ -19,6 +19,7 @@ third, with the largest output difference.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import glob
 import json
@@ -132,6 +133,48 @@ def parse_size(text: str) -> Tuple[int, int]:
         raise ValueError(
             f'size {text!r}: give N (square) or HxW, each >= 16 pixels')
     return parts[0], parts[1]
+
+
+def size_arg(text: str) -> Tuple[int, int]:
+    """:func:`parse_size` as an argparse ``type``."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_measurement_args(parser: argparse.ArgumentParser, what: str,
+                         repeats: int, warmup: int,
+                         max_seconds: float) -> None:
+    """The options of the benchmark tools that say where and how to
+    measure (``what``: the things timed, for the help text); check them
+    with :func:`check_measurement_args`."""
+    add = parser.add_argument
+    add('--device', default='cpu', help='cpu, cuda or cuda:N (default: cpu)')
+    add('--threads', type=int, help="CPU threads (default: torch's choice)")
+    add('--repeats', type=int, default=repeats,
+        help=f'timed calls per measurement, median reported (default: '
+        f'{repeats})')
+    add('--warmup', type=int, default=warmup,
+        help=f'untimed calls first (default: {warmup})')
+    add('--max-seconds', type=float, default=max_seconds,
+        help=f'stop timing one of the {what} after this many seconds (at '
+        f'least 3 calls; default: {max_seconds:g})')
+    add('--no-backward', action='store_true',
+        help='skip the forward+backward measurements')
+    add('--amp', choices=['bf16', 'fp16'],
+        help='run under torch.autocast with this dtype')
+    add('--memory-limit-gb', type=float,
+        help='skip runs predicted to need more (default: 80%% of the '
+        'memory available at the start)')
+    add('--seed', type=int, default=0)
+
+
+def check_measurement_args(parser: argparse.ArgumentParser,
+                           args: argparse.Namespace) -> None:
+    """Exit through ``parser.error`` on impossible timing options."""
+    if args.repeats < 1 or args.warmup < 0:
+        parser.error('--repeats must be >= 1 and --warmup >= 0')
 
 
 def find_config(config_root: str, pattern: str, what: str,

@@ -26,7 +26,7 @@ in the README ("Decoder benchmark").
 import argparse
 import os
 import os.path as osp
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
@@ -38,13 +38,6 @@ CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
 DEFAULT_SIZES = ('512', '768', '1024', '1536', '2048', '512x1024')
 
 
-def size_arg(text: str) -> Tuple[int, int]:
-    try:
-        return bench.parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc))
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('--encoder', default='s', choices=['t', 's', 'b', 'l'],
@@ -52,37 +45,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                    'used (default: s)')
     p.add_argument('--heads', nargs='+', choices=list(bench.HEAD_CONFIGS),
                    default=list(bench.HEAD_CONFIGS), help='heads to compare')
-    p.add_argument('--sizes', nargs='+', type=size_arg,
+    p.add_argument('--sizes', nargs='+', type=bench.size_arg,
                    default=[bench.parse_size(s) for s in DEFAULT_SIZES],
                    help='image sizes, N or HxW (default: '
                    f'{" ".join(DEFAULT_SIZES)})')
-    p.add_argument('--device', default='cpu',
-                   help='cpu, cuda or cuda:N (default: cpu)')
-    p.add_argument('--threads', type=int,
-                   help='CPU threads (default: torch\'s choice)')
-    p.add_argument('--repeats', type=int, default=10,
-                   help='timed calls per measurement (median reported)')
-    p.add_argument('--warmup', type=int, default=2,
-                   help='untimed calls first (default: 2)')
-    p.add_argument('--max-seconds', type=float, default=30.0,
-                   help='stop timing a head after this many seconds (at '
-                   'least 3 calls; default 30)')
-    p.add_argument('--no-backward', action='store_true',
-                   help='skip the forward+backward measurements')
+    bench.add_measurement_args(p, 'heads', repeats=10, warmup=2,
+                               max_seconds=30.0)
     p.add_argument('--no-flops', action='store_true',
                    help='skip the FLOP counts')
-    p.add_argument('--amp', choices=['bf16', 'fp16'],
-                   help='run under torch.autocast with this dtype')
-    p.add_argument('--memory-limit-gb', type=float,
-                   help='skip runs predicted to need more (default: 80%% '
-                   'of the memory available at the start)')
-    p.add_argument('--seed', type=int, default=0)
     p.add_argument('--out', default='work_dirs/benchmark_decoders',
                    help='output folder (default: work_dirs/'
                    'benchmark_decoders)')
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0:
-        p.error('--repeats must be >= 1 and --warmup >= 0')
+    bench.check_measurement_args(p, args)
     return args
 
 

@@ -34,13 +34,6 @@ DEFAULT_SIZES = ('512', '1024', '2048', '512x1024')
 SLOPE_KEYS = ('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd')
 
 
-def size_arg(text: str):
-    try:
-        return decoders.parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc))
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('--size', default='s', choices=['t', 's'],
@@ -49,32 +42,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                    choices=list(bench.ENCODER_CONFIGS),
                    default=list(bench.ENCODER_CONFIGS),
                    help='encoders to compare (vit: mmseg\'s, the reference)')
-    p.add_argument('--sizes', nargs='+', type=size_arg,
+    p.add_argument('--sizes', nargs='+', type=decoders.size_arg,
                    default=[decoders.parse_size(s) for s in DEFAULT_SIZES],
                    help=f'image sizes, N or HxW (default: '
                    f'{" ".join(DEFAULT_SIZES)})')
-    p.add_argument('--flops-sizes', nargs='*', type=size_arg,
+    p.add_argument('--flops-sizes', nargs='*', type=decoders.size_arg,
                    default=[(512, 512)],
                    help='sizes at which FLOPs are counted (a traced forward '
                    'each; default: 512)')
-    p.add_argument('--device', default='cpu')
-    p.add_argument('--threads', type=int,
-                   help='CPU threads (default: torch\'s choice)')
-    p.add_argument('--repeats', type=int, default=5)
-    p.add_argument('--warmup', type=int, default=1)
-    p.add_argument('--max-seconds', type=float, default=60.0,
-                   help='stop timing an encoder after this many seconds '
-                   '(at least 3 calls; default 60)')
-    p.add_argument('--no-backward', action='store_true')
-    p.add_argument('--amp', choices=['bf16', 'fp16'])
-    p.add_argument('--memory-limit-gb', type=float,
-                   help='skip runs predicted to need more (default: 80%% '
-                   'of the memory available at the start)')
-    p.add_argument('--seed', type=int, default=0)
+    decoders.add_measurement_args(p, 'encoders', repeats=5, warmup=1,
+                                  max_seconds=60.0)
     p.add_argument('--out', default='work_dirs/benchmark_encoders')
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0:
-        p.error('--repeats must be >= 1 and --warmup >= 0')
+    decoders.check_measurement_args(p, args)
     return args
 
 

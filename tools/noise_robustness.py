@@ -63,7 +63,7 @@ from mmseg_whitebox.robustness.summary import (fmt, markdown_table,
                                                summary_rows)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
 from mmseg_whitebox.utils.cli import (ToolError, add_common_args, resumable,
-                                      run_tool)
+                                      run_tool, tool_parser)
 from mmseg_whitebox.utils.run_checks import reported_errors
 
 
@@ -79,10 +79,7 @@ def layer_index(value: str):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description='Noise sweep over a model\'s attention parameters',
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('config', help='config file path')
     p.add_argument('checkpoint', help='checkpoint file')
     p.add_argument('--sigmas', type=float, nargs='+',

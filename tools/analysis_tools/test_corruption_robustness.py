@@ -32,15 +32,13 @@ from mmseg_whitebox.robustness.corruptions import (
     load_imagecorruptions, markdown_table, resolve_corruptions)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      check_checkpoint, resumable, run_tool)
+                                      check_checkpoint, resumable, run_tool,
+                                      tool_parser)
 from mmseg_whitebox.utils.run_checks import reported_errors
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description='mIoU under ImageNet-C input corruptions (mPC, rPC)',
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split('\n\n', 1)[1])
+    p = tool_parser(__doc__)
     p.add_argument('config', help='config file path')
     p.add_argument('checkpoint', help='checkpoint file')
     p.add_argument('--corruptions', nargs='+', default=['benchmark'],

@@ -61,9 +61,9 @@ from mmseg_whitebox.robustness.subspaces import (missing_sigmas,
 from mmseg_whitebox.robustness.summary import (fmt, markdown_table,
                                                summarize_results,
                                                summary_rows)
-from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
-from mmseg_whitebox.utils.cli import (ToolError, add_common_args, resumable,
-                                      run_tool, tool_parser)
+from mmseg_whitebox.utils.cli import (ToolError, add_checkpoint_check_args,
+                                      add_common_args, checkpoint_check_hook,
+                                      resumable, run_tool, tool_parser)
 from mmseg_whitebox.utils.run_checks import reported_errors
 
 
@@ -131,12 +131,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--no-shared-encoder', action='store_true',
                    help='evaluate one noise draw at a time, encoder '
                    'included, even for decode-head noise')
-    p.add_argument('--allow-partial-checkpoint', action='store_true',
-                   help='load a checkpoint whose keys or shapes do not all '
-                   'match the model instead of refusing it')
-    p.add_argument('--allow-nonfinite-weights', action='store_true',
-                   help='sweep a checkpoint with NaN/Inf weights instead of '
-                   'refusing it')
+    add_checkpoint_check_args(p, 'sweep')
     add_common_args(p)
     args = p.parse_args(argv)
     if args.angle_images < 1:
@@ -241,9 +236,7 @@ def main(argv=None):
     runner = build_test_runner(args.config, args.checkpoint,
                                args.cfg_options, args.work_dir,
                                args.launcher)
-    runner.register_hook(CheckpointCheckHook(
-        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
-        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+    runner.register_hook(checkpoint_check_hook(args))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
     try:

@@ -20,11 +20,11 @@ import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
-                                                    CheckpointCheckHook,
                                                     NonFiniteCounter,
                                                     check_checkpoint_file)
-from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
-                                      check_checkpoint, check_data_roots,
+from mmseg_whitebox.utils.cli import (ToolError, add_checkpoint_check_args,
+                                      add_common_args, check_checkpoint,
+                                      check_data_roots, checkpoint_check_hook,
                                       drop_training, load_config, run_tool)
 from mmseg_whitebox.utils.run_checks import (check_tta, check_work_dir,
                                              num_classes_problem,
@@ -50,16 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         '--wait-time', type=float, default=2, help='--show interval (s)')
     parser.add_argument(
         '--tta', action='store_true', help='test-time augmentation')
-    parser.add_argument(
-        '--allow-partial-checkpoint',
-        action='store_true',
-        help='load a checkpoint whose keys or shapes do not all match the '
-        'model (the rest keep their initialisation) instead of refusing it')
-    parser.add_argument(
-        '--allow-nonfinite-weights',
-        action='store_true',
-        help='evaluate a checkpoint with NaN/Inf weights instead of '
-        'refusing it')
+    add_checkpoint_check_args(parser)
     add_common_args(parser)
     return parser.parse_args(argv)
 
@@ -110,9 +101,7 @@ def main(argv=None) -> dict:
 
     from mmengine.runner import Runner
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(CheckpointCheckHook(
-        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
-        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+    runner.register_hook(checkpoint_check_hook(args))
     counter = NonFiniteCounter()
     runner.register_hook(counter)
     with reported_errors(cfg):

@@ -125,6 +125,30 @@ def add_cfg_options_arg(parser: argparse.ArgumentParser) -> None:
         '=19; lists as key="[a,b]" or key=a,b (quotes needed, no spaces)')
 
 
+def add_checkpoint_check_args(parser: argparse.ArgumentParser,
+                              verb: str = 'evaluate') -> None:
+    """``--allow-partial-checkpoint`` and ``--allow-nonfinite-weights``: the
+    checkpoint problems a tool refuses unless told (see
+    :func:`checkpoint_check_hook`); ``verb``: what the tool does with it."""
+    parser.add_argument(
+        '--allow-partial-checkpoint', action='store_true',
+        help='load a checkpoint whose keys or shapes do not all match the '
+        'model (the rest keep their initialisation) instead of refusing it')
+    parser.add_argument(
+        '--allow-nonfinite-weights', action='store_true',
+        help=f'{verb} a checkpoint with NaN/Inf weights instead of refusing '
+        'it')
+
+
+def checkpoint_check_hook(args: argparse.Namespace) -> Any:
+    """The Runner hook that checks the loaded checkpoint as the options of
+    :func:`add_checkpoint_check_args` say."""
+    from .checkpoint_checks import CheckpointCheckHook
+    return CheckpointCheckHook(
+        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
+        '--allow-partial-checkpoint', '--allow-nonfinite-weights')
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``."""
     parser.add_argument(

@@ -30,10 +30,10 @@ from mmseg_whitebox.robustness.corruptions import (
     SEVERITIES, CorruptionBenchmark, CorruptionError, CorruptionStore,
     build_corruption_runner, check_severities, find_corruption_transforms,
     load_imagecorruptions, markdown_table, resolve_corruptions)
-from mmseg_whitebox.utils.checkpoint_checks import CheckpointCheckHook
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      check_checkpoint, resumable, run_tool,
-                                      tool_parser)
+                                      add_checkpoint_check_args,
+                                      check_checkpoint, checkpoint_check_hook,
+                                      resumable, run_tool, tool_parser)
 from mmseg_whitebox.utils.run_checks import reported_errors
 
 
@@ -57,12 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--name', help='plot title label (default: config name)')
     p.add_argument('--work-dir',
                    help='folder for the Runner\'s logs (default: --out)')
-    p.add_argument('--allow-partial-checkpoint', action='store_true',
-                   help='load a checkpoint whose keys or shapes do not all '
-                   'match the model instead of refusing it')
-    p.add_argument('--allow-nonfinite-weights', action='store_true',
-                   help='evaluate a checkpoint with NaN/Inf weights instead '
-                   'of refusing it')
+    add_checkpoint_check_args(p)
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 
@@ -115,9 +110,7 @@ def main(argv=None):
                                          args.work_dir or out, args.seed)
     except CorruptionError as exc:
         raise ToolError(str(exc)) from None
-    runner.register_hook(CheckpointCheckHook(
-        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
-        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+    runner.register_hook(checkpoint_check_hook(args))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
     transforms = find_corruption_transforms(

@@ -176,10 +176,8 @@ def check_state_dict(model: torch.nn.Module,
             'numbers. Use the config it was trained with, or pass '
             f'{partial_flag} to load the matching weights anyway (the rest '
             'keep their initialisation)')
-        if not allow_partial:
-            raise CheckpointMismatchError(message)
-        print_log('partial checkpoint load (allowed): ' + message,
-                  logger='current', level=30)
+        _refuse_unless(allow_partial, CheckpointMismatchError,
+                       'partial checkpoint load', message)
     bad = nonfinite_weights(state_dict)
     if bad:
         total = sum(v.numel() for v in state_dict.values()
@@ -193,10 +191,17 @@ def check_state_dict(model: torch.nn.Module,
             'diverged (lower the learning rate, clip gradients). Use an '
             f'earlier checkpoint, or pass {nonfinite_flag} to evaluate it '
             'anyway')
-        if not allow_nonfinite:
-            raise NonFiniteWeightsError(message)
-        print_log('non-finite weights (allowed): ' + message,
-                  logger='current', level=30)
+        _refuse_unless(allow_nonfinite, NonFiniteWeightsError,
+                       'non-finite weights', message)
+
+
+def _refuse_unless(allowed: bool, error: type, what: str,
+                   message: str) -> None:
+    """Raise ``error(message)``; where the user allowed it, log it as a
+    warning instead."""
+    if not allowed:
+        raise error(message)
+    print_log(f'{what} (allowed): {message}', logger='current', level=30)
 
 
 @HOOKS.register_module()

@@ -3,11 +3,12 @@ import os
 import os.path as osp
 import subprocess
 import sys
-from typing import Any, List
+from typing import Any, Callable, List, Tuple
 
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmseg_whitebox.utils.demo_models import DEMO_MODELS, data_options
 
@@ -45,6 +46,32 @@ def assert_same(a: Any, b: Any, path: str = 'state') -> None:
         np.testing.assert_array_equal(a, b)
     else:
         assert a == b, (path, a, b)
+
+
+class _CreatedTensors(TorchDispatchMode):
+    """Records the shape and dtype of every tensor an aten op returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: List[Tuple[tuple, torch.dtype]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = out if isinstance(out, (list, tuple)) else [out]
+        for t in outputs:
+            if isinstance(t, torch.Tensor):
+                self.created.append((tuple(t.shape), t.dtype))
+        return out
+
+
+def created_tensors(fn: Callable[[], Any]
+                    ) -> Tuple[Any, List[Tuple[tuple, torch.dtype]]]:
+    """``(result, [(shape, dtype), ...])``: what ``fn`` returned and every
+    tensor the torch ops it ran created, views included -- a structural
+    check of what a code path allocates, independent of the machine."""
+    with _CreatedTensors() as mode:
+        result = fn()
+    return result, mode.created
 
 
 def run_tool(args: List[str], timeout: int = 600,

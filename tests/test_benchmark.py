@@ -4,12 +4,12 @@ benchmark tool."""
 import json
 import math
 import os.path as osp
-import time
 
 import pytest
 import torch
 from mmengine.registry import init_default_scope
 
+from mmseg_whitebox.analysis import benchmark
 from mmseg_whitebox.analysis.benchmark import (extrapolate_loglog,
                                                loglog_slope, peak_memory,
                                                time_interleaved)
@@ -138,65 +138,93 @@ def test_loglog_slope_and_extrapolation():
     assert extrapolate_loglog([100], [10], 400) is None
 
 
+class FakeClock:
+    """Seconds that pass only when a timed function says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def function(self, name: str, seconds: float, order: list):
+        def fn():
+            order.append(name)
+            self.now += seconds
+        return fn
+
+
 def test_time_interleaved_rounds_and_budget():
-    order = []
-
-    def slow():
-        order.append('slow')
-        time.sleep(0.02)
-
-    def fast():
-        order.append('fast')
-
-    times = time_interleaved(dict(slow=slow, fast=fast), torch.device('cpu'),
-                             repeats=6, warmup=1, max_seconds=0.05,
-                             settle=False)
-    assert len(times['fast']) == 6
-    assert 3 <= len(times['slow']) < 6  # stopped by its budget
-    assert min(times['slow']) >= 0.02
+    order, clock = [], FakeClock()
+    fns = dict(slow=clock.function('slow', 0.02, order),
+               fast=clock.function('fast', 0.0, order))
+    times = time_interleaved(fns, torch.device('cpu'), repeats=6, warmup=1,
+                             max_seconds=0.05, settle=False, clock=clock)
+    assert times['fast'] == [0.0] * 6
+    # stopped by its budget: 3 calls spend 0.06 >= 0.05
+    assert times['slow'] == pytest.approx([0.02] * 3)
     # warm-up first, then one call of each per round
     assert order[:2] == ['slow', 'fast']
-    assert order[2:6] == ['slow', 'fast', 'slow', 'fast']
+    assert order[2:8] == ['slow', 'fast'] * 3
+    assert order[8:] == ['fast'] * 3
     # a first call longer than the whole budget is the only one timed
-    times = time_interleaved(dict(slow=slow, fast=fast), torch.device('cpu'),
-                             repeats=4, warmup=0, max_seconds=0.01,
-                             settle=False)
-    assert len(times['slow']) == 1 and len(times['fast']) >= 3
+    times = time_interleaved(fns, torch.device('cpu'), repeats=4, warmup=0,
+                             max_seconds=0.01, settle=False, clock=clock)
+    assert len(times['slow']) == 1 and len(times['fast']) == 4
 
 
 def test_time_interleaved_settles_each_timed_call():
-    order = []
-
-    def make(name, seconds):
-        def fn():
-            order.append(name)
-            time.sleep(seconds)
-        return fn
-
-    times = time_interleaved(dict(a=make('a', 0.0), b=make('b', 0.0)),
-                             torch.device('cpu'), repeats=3, warmup=1)
+    order, clock = [], FakeClock()
+    fns = dict(a=clock.function('a', 0.0, order),
+               b=clock.function('b', 0.0, order))
+    times = time_interleaved(fns, torch.device('cpu'), repeats=3, warmup=1,
+                             clock=clock)
     assert [len(t) for t in times.values()] == [3, 3]
     # warm-up, then per round: untimed + timed call of a, then of b
     assert order == ['a', 'b'] + ['a', 'a', 'b', 'b'] * 3
     # a function slower than a second is not settled after its first call
+    # (nor warmed up more than once)
     order.clear()
-    slow = time_interleaved(dict(s=make('s', 1.01)), torch.device('cpu'),
-                            repeats=2, warmup=0)
-    assert len(slow['s']) == 2 and order == ['s'] * 3
+    slow = time_interleaved(dict(s=clock.function('s', 1.01, order)),
+                            torch.device('cpu'), repeats=2, warmup=3,
+                            clock=clock)
+    assert slow['s'] == pytest.approx([1.01, 1.01])
+    assert order == ['s'] * 4  # warm-up, settle + timed, timed
 
 
-def test_peak_memory_sees_an_allocation():
-    size = 64 * 2**20
+def test_peak_memory_is_the_rise_of_the_high_water_mark(monkeypatch):
+    """On a CPU: the high-water mark after the call minus the resident
+    set before it, with the mark reset in between (a stand-in /proc)."""
+    status = dict(VmRSS=100 * 2**20, VmHWM=900 * 2**20)
+    resets = []
+
+    class ClearRefs:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, text):
+            resets.append(text)
+            status['VmHWM'] = status['VmRSS']  # what '5' does
+
+    monkeypatch.setattr(benchmark, '_proc_status_bytes', status.get)
+    monkeypatch.setattr(benchmark, 'open', ClearRefs, raising=False)
 
     def allocate():
-        t = torch.ones(size // 4)  # 64 MiB of float32, touched
-        return float(t[-1])
+        status['VmHWM'] = max(status['VmHWM'], 164 * 2**20)
+        return 'done'
 
     peak, result = peak_memory(allocate, torch.device('cpu'))
-    assert result == 1.0
-    if peak is None:
-        pytest.skip('no peak-RSS measurement on this system')
-    assert size * 0.9 <= peak <= size * 1.5
+    assert result == 'done' and peak == 64 * 2**20
+    assert resets and set(resets) == {'5'}
+    # without /proc (not Linux) there is no figure, but the call runs
+    monkeypatch.setattr(benchmark, 'cpu_peak_supported', lambda: False)
+    assert peak_memory(allocate, torch.device('cpu')) == (None, 'done')
 
 
 def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):

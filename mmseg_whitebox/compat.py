@@ -292,6 +292,8 @@ def load_from_local_weights_only(filename: str,
     mmengine objects here. Anything that would need arbitrary unpickling is
     refused with :class:`UnsafeCheckpointError`.
     """
+    # imported here, at load time: compat is the first module the package
+    # root imports (before mmengine/mmseg), and these modules import mmseg
     from mmseg_whitebox.utils.checkpoint_codec import decode_checkpoint
     filename = os.path.expanduser(filename)
     if not os.path.isfile(filename):

@@ -1,4 +1,4 @@
-"""The fast operators against the straightforward CBT decoder, mixed
+"""The operators against the straightforward CBT decoder, mixed
 precision, linear memory, the measurement helpers and the decoder
 benchmark tool."""
 import json
@@ -232,7 +232,7 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
     # the smallest token grid CBSA's 10x10 representatives allow, and more
     proc = run_tool([BENCH, '--encoder', 's', '--sizes', '160', '224',
                      '160x320', '--repeats', '2', '--warmup', '1',
-                     '--heads', 'segmenter', 'linear', 'cbsa', 'cbsa-fast',
+                     '--heads', 'segmenter', 'linear', 'cbsa',
                      'cbsa-straightforward', 'tssa', '--out', str(out)])
     assert 'slopes of cost vs tokens' in proc.stdout
     assert 'forward latency / straightforward CBSA' in proc.stdout
@@ -240,7 +240,7 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
         assert osp.getsize(out / name) > 0
     report = json.loads((out / 'benchmark.json').read_text())
     rows = {(r['head'], r['size']): r for r in report['results']}
-    assert len(rows) == 18
+    assert len(rows) == 15
     seg, cbsa = rows[('segmenter', '160x320')], rows[('cbsa', '160x320')]
     assert cbsa['grid'] == [10, 20] and cbsa['tokens'] == 200
     for key in ('flops', 'params', 'fwd_ms', 'train_ms'):
@@ -249,12 +249,11 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
                                                             seg[key])
     assert rows[('linear', '160x160')].get('flops_vs_segmenter', 0) < 0.05
     straight = rows[('cbsa-straightforward', '224x224')]
-    for name in ('cbsa', 'cbsa-fast'):  # same function, same parameters
-        row = rows[(name, '224x224')]
-        assert row['max_abs_diff_vs_straightforward'] < 1e-5
-        assert row['params'] == straight['params']
-        assert row['fwd_ms_vs_straightforward'] == pytest.approx(
-            row['fwd_ms'] / straight['fwd_ms'])
+    row = rows[('cbsa', '224x224')]  # same function, same parameters
+    assert row['max_abs_diff_vs_straightforward'] < 1e-5
+    assert row['params'] == straight['params']
+    assert row['fwd_ms_vs_straightforward'] == pytest.approx(
+        row['fwd_ms'] / straight['fwd_ms'])
     # FLOPs grow linearly with tokens for CBSA, faster for Segmenter
     assert report['slopes']['cbsa']['flops'] < 1.05
     assert report['slopes']['segmenter']['flops'] > \

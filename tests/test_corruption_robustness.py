@@ -3,7 +3,6 @@ tools/analysis_tools/test_corruption_robustness.py (a reduced grid on the
 tiny synthetic data; the full grid is documented in the README)."""
 import copy
 import glob
-import importlib.util
 import json
 import os.path as osp
 
@@ -15,9 +14,10 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.robustness.corruptions import (
-    CorruptionError, ImageCorruption, check_severities, corrupt_image,
-    corruption_names, corruption_summary, find_corruption_transforms,
-    insert_corruption_transform, markdown_table, resolve_corruptions)
+    CorruptionError, CorruptionOptions, ImageCorruption, check_severities,
+    corrupt_image, corruption_names, corruption_summary,
+    find_corruption_transforms, insert_corruption_transform, markdown_table,
+    resolve_corruptions, run_corruption_benchmark)
 from mmseg_whitebox.utils.cli import ToolError
 from mmseg_whitebox.utils.demo_models import DEMO_MODELS
 
@@ -201,23 +201,22 @@ def checkpoint(tmp_path_factory):
     return path
 
 
-def tool_main():
-    spec = importlib.util.spec_from_file_location(
-        'test_corruption_robustness_tool', osp.join(REPO, TOOL))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
 def data_opts(data_root):
     return ['--cfg-options', f'test_dataloader.dataset.data_root={data_root}',
             'test_dataloader.num_workers=0',
             'test_dataloader.persistent_workers=False']
 
 
+def data_cfg_options(data_root):
+    """:func:`data_opts` as the library takes them."""
+    return {'test_dataloader.dataset.data_root': data_root,
+            'test_dataloader.num_workers': 0,
+            'test_dataloader.persistent_workers': False}
+
+
 def test_tool_reduced_grid_matches_test_tool_and_resumes(tiny_ade,
                                                          checkpoint,
-                                                         tmp_path, capsys):
+                                                         tmp_path):
     out = tmp_path / 'out'
     cmd = [TOOL, CONFIG, checkpoint, '--corruptions', 'gaussian_noise',
            'contrast', '--severities', '1', '3', '--out', str(out)]
@@ -246,21 +245,21 @@ def test_tool_reduced_grid_matches_test_tool_and_resumes(tiny_ade,
     # and metric)
     from mmseg_whitebox.robustness import (RunnerEvaluation,
                                            build_test_runner)
-    runner = build_test_runner(CONFIG, checkpoint, {
-        'test_dataloader.dataset.data_root': tiny_ade,
-        'test_dataloader.num_workers': 0,
-        'test_dataloader.persistent_workers': False}, str(tmp_path / 'test'))
+    runner = build_test_runner(CONFIG, checkpoint, data_cfg_options(tiny_ade),
+                               str(tmp_path / 'test'))
     evaluation = RunnerEvaluation(runner)
     assert evaluation()['mIoU'] == clean
     evaluation.close()
-    # --resume with one more severity: only the new points are evaluated
-    # (in-process: the subprocess above already covers the entry point)
-    capsys.readouterr()
-    tool_main()(cmd[1:7] + ['1', '3', '2', '--out', str(out), '--resume',
-                            '--work-dir', str(tmp_path / 'w')] +
-                data_opts(tiny_ade))
-    stdout = capsys.readouterr().out
-    assert '2 evaluation(s) to run (5 done before)' in stdout, stdout
+    # resume with one more severity: only the new points are evaluated
+    # (the library call behind the tool: the subprocess above already
+    # covers the entry point)
+    lines = []
+    run_corruption_benchmark(CONFIG, checkpoint, CorruptionOptions(
+        corruptions=['gaussian_noise', 'contrast'],
+        severities=['1', '3', '2'], out=str(out), resume=True,
+        work_dir=str(tmp_path / 'w'),
+        cfg_options=data_cfg_options(tiny_ade)), log=lines.append)
+    assert '2 evaluation(s) to run (5 done before)' in lines, lines
     with open(out / 'results.json') as f:
         again = json.load(f)
     assert again['clean'] == data['clean']
@@ -278,27 +277,31 @@ def test_tool_bad_input(tiny_ade, checkpoint, tmp_path):
     assert 'test_corruption_robustness.py: error: --corruptions' in \
         proc.stderr
     assert "'rain'" in proc.stderr and 'gaussian_noise' in proc.stderr
-    main = tool_main()
-    base = [CONFIG, checkpoint, '--corruptions', 'fog']
+    def run(config=CONFIG, ckpt=checkpoint, **options):
+        options = dict(dict(corruptions=['fog'], out=str(tmp_path / 'x')),
+                       **options)
+        return run_corruption_benchmark(config, ckpt,
+                                        CorruptionOptions(**options))
+
     cases = [
-        (base + ['--severities', '0'], 'integers in 1..5'),
-        (base + ['--severities', 'high'], 'integers in 1..5'),
-        (base + ['--severities', '2.5'], 'integers in 1..5'),
-        (['missing.py', checkpoint], "config file 'missing.py' does not"),
-        ([CONFIG, 'missing.pth'], "checkpoint 'missing.pth' does not"),
+        (dict(severities=['0']), 'integers in 1..5'),
+        (dict(severities=['high']), 'integers in 1..5'),
+        (dict(severities=['2.5']), 'integers in 1..5'),
+        (dict(config='missing.py'), "config file 'missing.py' does not"),
+        (dict(ckpt='missing.pth'), "checkpoint 'missing.pth' does not"),
     ]
-    for argv, message in cases:
+    for kwargs, message in cases:
         with pytest.raises(ToolError, match=message):
-            main(argv + ['--out', str(tmp_path / 'x')])
+            run(**kwargs)
     (tmp_path / 'done').mkdir()
     (tmp_path / 'done' / 'results.json').write_text('{}')
     with pytest.raises(ToolError, match='--resume'):
-        main(base + ['--out', str(tmp_path / 'done')])
+        run(out=str(tmp_path / 'done'))
     # a folder made with other settings is not mixed in
     (tmp_path / 'other').mkdir()
     (tmp_path / 'other' / 'results.json').write_text(json.dumps(dict(
         setup=dict(config=CONFIG, checkpoint=checkpoint, seed=1),
         clean=None, results={})))
     with pytest.raises(ToolError, match='different settings.*seed'):
-        main(base + ['--out', str(tmp_path / 'other'), '--resume'] +
-             data_opts(tiny_ade))
+        run(out=str(tmp_path / 'other'), resume=True,
+            cfg_options=data_cfg_options(tiny_ade))

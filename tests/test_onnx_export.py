@@ -90,25 +90,6 @@ def test_export_pooling_is_adaptive_average_pooling():
             F.adaptive_avg_pool2d(grid, out), rtol=1e-5, atol=1e-6)
 
 
-def test_fast_path_is_never_exported():
-    """Even switched on, the CPU fast path does not apply while
-    torch.export (behind the ONNX exporter) records a forward."""
-    from mmseg_whitebox.ops import fast
-
-    class Probe(torch.nn.Module):
-        seen = []
-
-        def forward(self, x):
-            self.seen.append(fast.applies(self, x))
-            return x * 2
-
-    probe = Probe().eval()
-    with fast.fast_path(True), torch.no_grad():
-        assert fast.applies(probe, torch.ones(1))  # eager inference: yes
-        torch.export.export(probe, (torch.ones(2), ))
-    assert Probe.seen == [False]
-
-
 def test_agreement_below_threshold_is_an_error():
     from mmseg_whitebox.deployment.onnx_export import Parity, check_agreement
     from mmseg_whitebox.utils.cli import ToolError

@@ -5,11 +5,10 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mmseg_whitebox.analysis.complexity import flop_analyzer
 from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
-                                CrossMSSA, fast)
+                                CrossMSSA)
 from mmseg_whitebox.ops.reference import straightforward_cbsa
 
 
@@ -169,78 +168,6 @@ def test_cbsa_reproduces_published_listing_on_square_grids():
     x = torch.randn(2, 100 + 7, 30)
     torch.testing.assert_close(op(x, (10, 10)),
                                straightforward_cbsa(op, x, 10, 10))
-
-
-def test_per_subspace_matmul_equals_matmul():
-    torch.manual_seed(0)
-    a = torch.randn(2, 3, 5, 7)
-    b = torch.randn(1, 3, 4, 7).transpose(-1, -2)  # broadcast, strided
-    expected = torch.matmul(a, b)
-    torch.testing.assert_close(fast.per_subspace_matmul(a, b), expected)
-    # into a buffer, contiguous per image (a view with a gap between
-    # images)
-    buffer = torch.zeros(2, 3 * 5 + 1, 4)
-    out = fast.per_subspace_matmul(a, b, out=buffer[:, :15].view(2, 3, 5, 4))
-    assert out.data_ptr() == buffer.data_ptr()
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(buffer[:, 15], torch.zeros(2, 4))
-    with pytest.raises(ValueError, match='contiguous per image'):
-        fast.per_subspace_matmul(a, b, out=torch.zeros(2, 3, 4, 5).mT)
-
-
-@pytest.mark.parametrize('out_proj', ['linear', 'tied'])
-def test_cbsa_fast_path_equals_the_equations(out_proj):
-    """Switched on, inference takes the fused path: same update, the
-    input untouched; with autograd recording, the equations run."""
-    torch.manual_seed(0)
-    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 3),
-              out_proj=out_proj).eval()
-    x = torch.randn(2, 4 * 6 + 3, 20)
-    kept = x.clone()
-    expected = op(x, (4, 6), grid_start=1)
-    with fast.fast_path(True), torch.no_grad():
-        assert fast.applies(op, x)
-        torch.testing.assert_close(op(x, (4, 6), grid_start=1), expected)
-    with fast.fast_path(True):
-        assert not fast.applies(op, x)  # parameters record gradients
-        with torch.no_grad():
-            assert not fast.applies(op.train(), x)  # training mode
-    torch.testing.assert_close(x, kept)
-
-
-@pytest.mark.parametrize('out_proj', ['linear', 'tied'])
-def test_cbsa_fast_path_sums_into_a_residual(out_proj):
-    """The fused residual sum (output bias gathered through a row of ones)
-    equals residual + update, in the residual's memory."""
-    torch.manual_seed(0)
-    op = CBSA(20, num_heads=3, head_dim=6, rep_grid=(2, 2),
-              out_proj=out_proj)
-    x = torch.randn(2, 4 * 4 + 3, 20)
-    residual = torch.randn(2, 4 * 4 + 3, 20)
-    expected = residual + op(x, (4, 4))
-    with torch.no_grad():
-        out = fast.cbsa(op, x, (4, 4), residual=residual)
-    assert out.data_ptr() == residual.data_ptr()
-    torch.testing.assert_close(out, expected)
-
-
-def test_fast_path_switch():
-    before = fast.use_fast_path()
-    with fast.fast_path(True):
-        assert fast.use_fast_path()
-        with fast.fast_path(False):
-            assert not fast.use_fast_path()
-        assert fast.use_fast_path()
-    assert fast.use_fast_path() == before
-    op = CBSA(8, 2, 4, (2, 2)).eval()
-    x = torch.randn(1, 16, 8)
-    with fast.fast_path(True), torch.no_grad():
-        assert fast.applies(op, x)
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            assert not fast.applies(op, x)
-        handle = op.register_forward_hook(lambda *args: None)
-        assert not fast.applies(op, x)
-        handle.remove()
 
 
 def test_cbsa_stop_gradient_on_initial_representatives():

@@ -1,5 +1,6 @@
 """The noise evaluator: selections per head type, exact restoration,
 reproducibility, ablation, usage ratios, resume, and the CLI."""
+import argparse
 import glob
 import json
 import os.path as osp
@@ -7,16 +8,18 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
                                        LoopEvaluation, NoiseSweep,
-                                       ParameterNoise, ResultStore,
-                                       check_sweep_settings,
-                                       find_attention_sites, select_layers,
+                                       NoiseSweepOptions, ParameterNoise,
+                                       ResultStore, check_sweep_settings,
+                                       find_attention_sites, format_summary,
+                                       run_noise_sweep, select_layers,
                                        select_parameters)
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
+from mmseg_whitebox.utils.cli import ToolError
 
 from _helpers import REPO, demo_configs, run_tool, small_run_options
 
@@ -462,3 +465,47 @@ def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
     plot = run_tool(['tools/analysis_tools/plot_robustness.py', str(out),
                      str(layered), '--out', str(tmp_path / 'cmp.png')])
     assert (tmp_path / 'cmp.png').is_file(), plot.stdout
+
+
+def test_run_noise_sweep_is_the_tool_as_a_library(checkpoint, tmp_path):
+    """``run_noise_sweep`` gives the tool's results (same draws, same
+    metrics), its plot and its printout; bad settings fail before a model
+    is built."""
+    opts = small_run_options(checkpoint['data_root'], 4)
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    cfg_options = parser.parse_args(['--cfg-options'] + opts).cfg_options
+    config = osp.join(REPO, CONFIGS['cbsa-rigorous'])
+    tool_out = tmp_path / 'tool'
+    run_tool(['tools/noise_robustness.py', config, checkpoint['ckpt'],
+              '--sigmas', '0.05', '--seeds', '2', '--out', str(tool_out),
+              '--work-dir', str(tmp_path / 'w1'), '--cfg-options'] + opts)
+    options = NoiseSweepOptions(sigmas=[0.05], seeds=2,
+                                out=str(tmp_path / 'lib'),
+                                work_dir=str(tmp_path / 'w2'),
+                                cfg_options=cfg_options, progress=False)
+    lines = []
+    data = run_noise_sweep(config, checkpoint['ckpt'], options,
+                           log=lines.append)
+    with open(tool_out / 'results.json') as f:
+        tool = json.load(f)
+
+    def figures(results):
+        return ([results['clean']['mIoU']] +
+                [(p['selection'], p['sigma'], p['mIoU_mean'], p['mIoU_min'],
+                  p['mIoU_max']) for p in results['points']])
+
+    assert figures(data) == figures(tool)
+    assert (tmp_path / 'lib' / 'robustness.png').is_file()
+    assert any('decode_head.layers.0.attn.proj.weight' in line
+               for line in lines)
+    summary = format_summary(data, 'demo')
+    assert f'clean: mIoU {data["clean"]["mIoU"]:.2f}' in summary
+    assert 'attention usage' in summary
+    # an existing results folder, a negative sigma: refused first
+    with pytest.raises(ToolError, match='--resume'):
+        run_noise_sweep(config, 'no-such.pth',
+                        NoiseSweepOptions(out=str(tool_out)))
+    with pytest.raises(ToolError, match='sigmas'):
+        run_noise_sweep(config, 'no-such.pth',
+                        NoiseSweepOptions(sigmas=[-1.0]))

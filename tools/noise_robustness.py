@@ -45,26 +45,13 @@ import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.robustness import (NAMED_TARGETS, PAPER_SIGMAS,
-                                       NoiseSweep, ResultStore,
-                                       RunnerEvaluation, attention_unused,
-                                       build_test_runner,
-                                       check_sweep_settings, select_layers)
-from mmseg_whitebox.robustness.groups import GROUPS, group_selections
+                                       NoiseSweepOptions, format_summary,
+                                       run_noise_sweep)
+from mmseg_whitebox.robustness.groups import GROUPS
 from mmseg_whitebox.robustness.perturbation import MODES
-from mmseg_whitebox.robustness.plotting import (load_results,
-                                                plot_robustness,
-                                                result_label)
-from mmseg_whitebox.robustness.subspaces import (missing_sigmas,
-                                                 subspace_change,
-                                                 subspace_sites,
-                                                 take_batches)
-from mmseg_whitebox.robustness.summary import (fmt, markdown_table,
-                                               summarize_results,
-                                               summary_rows)
-from mmseg_whitebox.utils.cli import (ToolError, add_checkpoint_check_args,
-                                      add_common_args, checkpoint_check_hook,
-                                      resumable, run_tool, tool_parser)
-from mmseg_whitebox.utils.run_checks import reported_errors
+from mmseg_whitebox.utils.cli import (add_checkpoint_check_args,
+                                      add_common_args, resumable, run_tool,
+                                      tool_parser)
 
 
 def layer_index(value: str):
@@ -134,10 +121,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_checkpoint_check_args(p, 'sweep')
     add_common_args(p)
     args = p.parse_args(argv)
-    if args.angle_images < 1:
-        p.error('--angle-images must be >= 1')
-    if args.max_heads < 1:
-        p.error('--max-heads must be >= 1')
     if args.layers and 'each' in args.layers:
         if args.layers != ['each']:
             p.error('--layers: "each" or layer indices, not both')
@@ -145,167 +128,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def print_summary(data, label: str) -> None:
-    clean = data['clean']
-    print(f'\n== {label}: mIoU under {data["setup"]["mode"]} parameter '
-          'noise')
-    print(f'clean: mIoU {clean["mIoU"]:.2f}')
-    shown = set()  # parameter groups share their layers' ablation
-    for sel, abl in data['ablation'].items():
-        if tuple(abl.get('sites', [sel])) in shown:
-            continue
-        shown.add(tuple(abl.get('sites', [sel])))
-        value = abl['metrics']['mIoU']
-        verdict = ('attention unused: robustness is not informative'
-                   if attention_unused(clean['mIoU'], value) else
-                   'attention is used')
-        print(f'{sel} removed: mIoU {value:.2f} ({value - clean["mIoU"]:+.2f}'
-              f'; {verdict})')
-    summaries = summarize_results(data)
-    width = max([26] + [len(s) + 2 for s in summaries])
-    print(f'{"selection":<{width}}{"sigma":>9}{"mean":>8}{"95% CI":>8}'
-          f'{"min":>8}{"max":>8}{"retain":>8}{"att.ret":>8}'
-          f'{"non-finite":>12}')
-    stored = {(p['selection'], p['sigma']): p for p in data['points']}
-    for sel, summary in summaries.items():
-        for q in summary['points']:
-            p = stored[sel, q['sigma']]
-            ci = '-' if q['ci95'] is None else f'+-{q["ci95"]:.2f}'
-            print(f'{sel:<{width}}{q["sigma"]:>9g}{q["mean"]:>8.2f}'
-                  f'{ci:>8}{p["mIoU_min"]:>8.2f}{p["mIoU_max"]:>8.2f}'
-                  f'{fmt(q["retention"]):>8}'
-                  f'{fmt(q["attention_retention"]):>8}'
-                  f'{p["nonfinite_fraction"]:>12.2%}')
-    print('\nsummary (AUC: area under mIoU over log10 sigma / (range x '
-          'clean); sigma_50: mIoU at half of clean):')
-    print(markdown_table(summary_rows(
-        summaries, label=label,
-        num_parameters=data['setup'].get('num_parameters'))))
-    if data['attention_usage']:
-        print('attention usage, ||update|| / ||residual stream|| '
-              '(clean evaluation):')
-        for row in data['attention_usage']:
-            print(f'  [{row["layer"]}] {row["site"]:<40} mean '
-                  f'{row["ratio_mean"]:.4f} (min {row["ratio_min"]:.4f}, '
-                  f'max {row["ratio_max"]:.4f})')
-    if data.get('subspace_angles'):
-        print('subspace change under noise (principal angles between '
-              'span(U_k) and span(U_k + noise), degrees; relative change of '
-              'the attention update, isolated / propagated):')
-        for r in data['subspace_angles']:
-            print(f'  {r["selection"]} [{r["layer"]}] {r["site"]:<34} sigma '
-                  f'{r["sigma"]:<7g} angle mean {r["angle_mean_deg"]:7.3f} '
-                  f'max {r["angle_max_deg"]:7.3f}  update change '
-                  f'{r["update_change_isolated"]:.4f} / '
-                  f'{r["update_change_propagated"]:.4f}')
-
-
-def measure_subspaces(evaluation, selections, store, args) -> None:
-    """--subspace-angles: the rows not measured yet, saved per selection."""
-    batches = take_batches(evaluation.runner.test_dataloader,
-                           args.angle_images)
-    done = store.data.get('subspace_angles', [])
-    for sel in selections:
-        sigmas = missing_sigmas(done, sel.label, args.sigmas)
-        if not subspace_sites(sel) or not sigmas:
-            continue
-        print(f'subspace angles: {sel.label}, {len(sigmas)} sigmas x '
-              f'{args.seeds} draws on {args.angle_images} images')
-        store.add_subspace_rows(subspace_change(
-            evaluation.model, sel, sigmas, batches, args.seeds, args.mode,
-            args.seed))
-
-
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        check_sweep_settings(args.sigmas, args.seeds, args.mode)
-        for folder in args.compare:
-            load_results(folder)  # (read again for the plot, when newer)
-    except (ValueError, FileNotFoundError) as exc:
-        raise ToolError(str(exc)) from exc
-    name = osp.splitext(osp.basename(args.config))[0]
-    target_tag = args.target if args.target in NAMED_TARGETS else 'regex'
-    out = args.out or osp.join('work_dirs', 'noise_robustness',
-                               f'{name}_{target_tag}_{args.mode}')
-    try:
-        ResultStore.check_out_dir(out, args.resume)
-    except FileExistsError as exc:
-        raise ToolError(str(exc)) from exc
-
-    runner = build_test_runner(args.config, args.checkpoint,
-                               args.cfg_options, args.work_dir,
-                               args.launcher)
-    runner.register_hook(checkpoint_check_hook(args))
-    with reported_errors(runner.cfg):
-        evaluation = RunnerEvaluation(runner)
-    try:
-        bases = select_layers(evaluation.model, args.target, args.layers)
-        selections = list(bases)
-        if args.groups is not None:
-            selections = [g for sel in bases for g in [sel] +
-                          group_selections(sel, args.groups or None)]
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
-    if args.subspace_angles and not any(subspace_sites(s) for s in bases):
-        raise ToolError(
-            '--subspace-angles needs subspace attention layers (CBSA, MSSA, '
-            'TSSA) among the perturbed ones; perturbed layers: ' +
-            (', '.join(st.name for s in bases for st in s.sites) or 'none'))
-
+    options = NoiseSweepOptions(
+        sigmas=args.sigmas, seeds=args.seeds, seed=args.seed,
+        target=args.target, layers=args.layers, mode=args.mode, out=args.out,
+        name=args.name, resume=args.resume, ablation=not args.no_ablation,
+        compare=args.compare, groups=args.groups,
+        subspace_angles=args.subspace_angles, angle_images=args.angle_images,
+        max_heads=args.max_heads,
+        shared_encoder=not args.no_shared_encoder,
+        cfg_options=args.cfg_options, work_dir=args.work_dir,
+        launcher=args.launcher,
+        allow_partial_checkpoint=args.allow_partial_checkpoint,
+        allow_nonfinite_weights=args.allow_nonfinite_weights)
+    out = options.out_dir(args.config)
+    with resumable(out, 'draws'):
+        data = run_noise_sweep(args.config, args.checkpoint, options)
     from mmengine.dist import is_main_process
-    from mmengine.utils import ProgressBar
-    main_process = is_main_process()
-    if main_process:
-        for sel in selections:
-            print(sel.describe())
-    setup = dict(config=args.config, checkpoint=args.checkpoint,
-                 target=args.target, mode=args.mode, num_seeds=args.seeds,
-                 seed=args.seed, name=args.name or name,
-                 selections=[s.label for s in selections],
-                 num_parameters={s.label: s.numel for s in selections},
-                 cfg_options=args.cfg_options or {})
-    try:
-        store = ResultStore.on_every_rank(out, setup, resume=args.resume)
-    except (FileExistsError, ValueError) as exc:
-        raise ToolError(str(exc)) from exc
-    if args.subspace_angles:
-        measure_subspaces(evaluation, bases, store, args)
-    sweep = NoiseSweep(evaluation.model, evaluation, selections,
-                       args.sigmas, args.seeds, args.mode, args.seed, store,
-                       ablation=not args.no_ablation,
-                       shared=None if args.no_shared_encoder else
-                       evaluation.shared_encoder(args.max_heads),
-                       log=(lambda msg: print('\n' + msg)) if main_process
-                       else (lambda msg: None))
-    if args.no_shared_encoder and main_process:
-        print('shared-encoder sweep off (--no-shared-encoder): evaluating '
-              'one noise setting at a time')
-    if main_process:
-        bar = ProgressBar(sweep.num_evaluations)
-        sweep.on_progress = lambda status: bar.update()
-
-    def plot():
-        if not main_process or not store.data.get('clean'):
-            return None
-        runs = [(args.name or name, store.data)]
-        runs += [(result_label(results, folder), results)
-                 for folder, results in ((f, load_results(f))
-                                         for f in args.compare)]
-        return plot_robustness(runs, osp.join(out, 'robustness.png'))
-
-    try:
-        with resumable(out, 'draws', plot):
-            data = sweep.run()
-    except ValueError as exc:  # e.g. an evaluator without mIoU
-        raise ToolError(str(exc)) from exc
-    finally:
-        evaluation.close()
-    if main_process:
-        png = plot()
-        print_summary(data, args.name or name)
+    if is_main_process():
+        print(format_summary(data, options.label(args.config)))
         print(f'\nresults: {osp.join(out, "results.csv")}, '
-              f'{osp.join(out, "results.json")}\nplot: {png}')
+              f'{osp.join(out, "results.json")}\nplot: '
+              f'{osp.join(out, "robustness.png")}')
     return data
 
 

@@ -16,12 +16,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mmseg_whitebox.ops import CBSA, fast
+from mmseg_whitebox.ops import CBSA
 
 
 class CBSAAttentionCapture:
-    """Context manager recording each CBSA layer's extraction attention
-    (the fast path is off inside it: the maps come from the equations).
+    """Context manager recording each CBSA layer's extraction attention.
 
     ``records`` maps the operator's module name to a list (one entry per
     forward) of ``dict(attn=(B, K, m, N) tensor, hw=(H, W),
@@ -40,8 +39,6 @@ class CBSAAttentionCapture:
             name: [] for name in self.ops}
 
     def __enter__(self) -> 'CBSAAttentionCapture':
-        self._fast = fast.fast_path(False)
-        self._fast.__enter__()
         for name, op in self.ops.items():
             original = op.forward
             records = self.records[name]
@@ -59,7 +56,6 @@ class CBSAAttentionCapture:
     def __exit__(self, *exc) -> bool:
         for op in self.ops.values():
             op.__dict__.pop('forward', None)  # back to the class method
-        self._fast.__exit__(*exc)
         return False
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops import SubspaceAttention
+from mmseg_whitebox.robustness.sites import find_attention_sites
 
 
 def coding_rate(w: torch.Tensor, eps: float = 0.1) -> torch.Tensor:
@@ -58,7 +59,6 @@ class CompressionProbe:
 
     def __init__(self, model: torch.nn.Module, eps: float = 0.1,
                  scope: str = 'decode_head') -> None:
-        from mmseg_whitebox.robustness.sites import find_attention_sites
         self.eps = eps
         self.sites = [s for s in find_attention_sites(model, scope)
                       if isinstance(s.attention, SubspaceAttention)]

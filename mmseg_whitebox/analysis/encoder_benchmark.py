@@ -17,11 +17,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import peak_memory
+from mmseg_whitebox.robustness.metrics import quiet_logging
+from .benchmark import (BenchmarkOptions, autocast, cell, describe_row,
+                        find_config, over_limit, peak_memory, time_rows)
 from .complexity import flop_analyzer
-from .decoder_benchmark import (BenchmarkOptions, autocast, cell,
-                                describe_row, find_config, over_limit,
-                                time_rows)
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
 ENCODER_CONFIGS = {
@@ -64,7 +63,6 @@ def build_segmentors(names: List[str], size: str, device: torch.device,
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
-    from mmseg_whitebox.robustness.evaluation import quiet_logging
     init_default_scope('mmseg')
     models = {}
     for name in names:

@@ -23,6 +23,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from .benchmark import peak_memory
+
 BOUNDED_TYPE = 'BoundedMemoryEncoderDecoder'
 GIB = 1024 ** 3
 
@@ -82,8 +84,6 @@ def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
     (:func:`~mmseg_whitebox.analysis.benchmark.peak_memory`)."""
     import torch
     from mmseg.apis import inference_model
-
-    from mmseg_whitebox.analysis.benchmark import peak_memory
     if spec.get('threads'):
         torch.set_num_threads(int(spec['threads']))
     model = build_model(spec['config'], spec.get('checkpoint'),

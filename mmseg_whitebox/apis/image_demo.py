@@ -17,6 +17,8 @@ import os
 import os.path as osp
 from typing import List, Optional, Sequence, Tuple
 
+from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
 from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
 
 #: file endings read as images in a folder (as mmcv reads them)
@@ -163,10 +165,6 @@ def image_demo(source: str, config: str, checkpoint: str,
     """Overlays of one image or a folder of images: checks every path,
     loads the model with mmseg's ``init_model`` and paints each
     prediction. Returns ``(images, written overlay paths)``."""
-    from mmseg_whitebox.compat import UnsafeCheckpointError
-    from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
-                                                        init_model)
-
     check_opacity(opacity)
     images = list_images(source)
     outputs = output_paths(images, source, out_file, out_dir)

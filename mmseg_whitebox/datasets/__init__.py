@@ -1,8 +1,12 @@
-"""Datasets: the synthetic ADE20K-layout generator, and the data checks
-(``CheckedSegDataset``, ``CheckSegSample``) registered in mmseg, and the
-input-corruption transform ``ImageCorruption`` (registered from
-:mod:`mmseg_whitebox.robustness.corruptions`)."""
-from ..robustness.corruptions import ImageCorruption  # noqa: F401
+"""Datasets: the synthetic ADE20K-layout generator, the data checks
+(``CheckedSegDataset``, ``CheckSegSample``) and the input-corruption
+transform ``ImageCorruption`` (the ImageNet-C corruptions of the
+``imagecorruptions`` package, see :mod:`.corruption_library`), registered
+in mmseg."""
 from .checks import CheckSegSample, DatasetCheckError, checked_seg_dataset
+from .corruption_transform import ImageCorruption
 
-__all__ = ['CheckSegSample', 'DatasetCheckError', 'checked_seg_dataset']
+__all__ = [
+    'CheckSegSample', 'DatasetCheckError', 'ImageCorruption',
+    'checked_seg_dataset'
+]

@@ -35,10 +35,6 @@ the export size only; both are handled without custom operators:
   While exporting, :func:`~mmseg_whitebox.ops.cbsa.pool_grid` pools with
   separable averaging matrices computed from the grid size in the graph
   (:mod:`mmseg_whitebox.ops.export`).
-
-The inference fast path (:mod:`mmseg_whitebox.ops.fast`) is switched off
-for the export and for the PyTorch reference: the exported operators are
-the default ones, as the papers write them.
 """
 from __future__ import annotations
 
@@ -56,8 +52,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmseg_whitebox.ops import fast
-from mmseg_whitebox.utils.cli import ToolError
+from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
+from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
 
 Shape = Tuple[int, int]
 
@@ -148,8 +145,8 @@ def _always_padded(self, x: torch.Tensor) -> torch.Tensor:
 def export_friendly(model: nn.Module) -> Iterator[nn.Module]:
     """Inside the block, ``model`` exports to a graph valid at any input
     size: every mmseg ``VisionTransformer`` (also ``WhiteBoxViT``) resizes
-    its position embedding and pads its input unconditionally, and the
-    fast path is off. Outside it, the model is as before."""
+    its position embedding and pads its input unconditionally. Outside
+    it, the model is as before."""
     from mmseg.models.backbones import VisionTransformer
     from mmcv.cnn.bricks.transformer import AdaptivePadding as MMCVPadding
     from mmseg.models.utils.embed import AdaptivePadding
@@ -162,8 +159,7 @@ def export_friendly(model: nn.Module) -> Iterator[nn.Module]:
     for module, name, function in patched:
         setattr(module, name, types.MethodType(function, module))
     try:
-        with fast.fast_path(False):
-            yield model
+        yield model
     finally:
         for module, name, _ in patched:
             delattr(module, name)
@@ -277,7 +273,7 @@ def onnx_parity(model: nn.Module,
     results = []
     for shape in shapes:
         x = torch.randn(1, 3, *shape, generator=generator)
-        with torch.no_grad(), fast.fast_path(False):
+        with torch.no_grad():
             expected = graph(x).numpy()
         try:
             got = session.run([OUTPUT_NAME], {INPUT_NAME: x.numpy()})[0]
@@ -332,11 +328,6 @@ def export_and_check(config: str,
     the argmax agreement at any size is below ``min_agreement``. Returns
     the report, also written to ``report_file`` (``--json``), before the
     agreement is judged, so a failing graph's figures are kept."""
-    from mmseg_whitebox.compat import UnsafeCheckpointError
-    from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
-                                                        init_model)
-    from mmseg_whitebox.utils.cli import check_checkpoint, read_config
-
     require_deploy_packages()
     shape = _shape(shape, '--shape')
     other_shapes = [_shape(s, '--check-shape') for s in other_shapes]

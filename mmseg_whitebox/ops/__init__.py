@@ -4,12 +4,10 @@ caller adds it to the tokens), except ISTA, which returns new tokens.
 MHSA (standard softmax attention) and QKVCBSA (CBSA over a pretrained
 ViT's query/key/value projections) share that interface.
 
-``fast`` holds the inference fast path and its switch
-(:func:`~.fast.set_fast_path`); ``reference`` the straightforward versions
-the operators are checked and timed against."""
-from . import fast, reference
+``reference`` holds the straightforward versions the operators are checked
+and timed against."""
+from . import reference
 from .cbsa import CBSA
-from .fast import fast_path, set_fast_path, use_fast_path
 from .ista import ISTA
 from .mhsa import MHSA
 from .mssa import MSSA, CrossMSSA
@@ -19,6 +17,5 @@ from .tssa import TSSA
 
 __all__ = [
     'CBSA', 'CrossMSSA', 'ISTA', 'MHSA', 'MSSA', 'QKVCBSA',
-    'SubspaceAttention', 'TSSA', 'fast', 'fast_path', 'reference',
-    'set_fast_path', 'use_fast_path'
+    'SubspaceAttention', 'TSSA', 'reference'
 ]

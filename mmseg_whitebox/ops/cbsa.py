@@ -40,7 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import export, fast
+from . import export
 from .subspace import SubspaceAttention
 
 GridSize = Union[int, Tuple[int, int]]
@@ -150,14 +150,8 @@ class CBSA(SubspaceAttention):
         any other tokens sit around it. Returns the update ``(B, N, d)``
         and, with ``return_attn``, the extraction attention ``A^T``,
         ``(B, K, m, N)``: which tokens each representative gathers.
-
-        With the fast path switched on (:mod:`~mmseg_whitebox.ops.fast`),
-        inference takes :func:`~mmseg_whitebox.ops.fast.cbsa` instead: the
-        same function, computed in fused CPU products.
         """
         self.check_grid(x, hw, grid_start)
-        if not return_attn and fast.applies(self, x):
-            return fast.cbsa(self, x, hw, grid_start)
         b, n, _ = x.shape
         k, m = self.num_heads, self.num_representatives
         z = self.project(x)  # U_k^T Z, (B, K, N, p)

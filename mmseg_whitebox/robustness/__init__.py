@@ -2,9 +2,11 @@
 with the clean and attention-ablated references that make them honest,
 summary metrics, parameter groups and subspace diagnostics."""
 from .compare import compare_sweeps
-from .evaluation import (LoopEvaluation, NonFiniteCounter, RunnerEvaluation,
-                         build_test_runner)
+from .evaluation import LoopEvaluation, RunnerEvaluation, build_test_runner
 from .groups import GROUPS, group_selections, parameter_groups
+from .metrics import NonFiniteCounter
+from .noise_robustness import (NoiseSweepOptions, format_summary,
+                               run_noise_sweep)
 from .perturbation import ParameterNoise
 from .selection import (NAMED_TARGETS, Selection, select_layers,
                         select_parameters)
@@ -18,10 +20,12 @@ from .sweep import (PAPER_SIGMAS, NoiseSweep, ResultStore,
 
 __all__ = [
     'AttentionAblation', 'AttentionSite', 'AttentionUsage', 'GROUPS',
-    'LoopEvaluation', 'NAMED_TARGETS', 'NoiseSweep', 'NonFiniteCounter',
+    'LoopEvaluation', 'NAMED_TARGETS', 'NoiseSweep', 'NoiseSweepOptions',
+    'NonFiniteCounter',
     'PAPER_SIGMAS', 'ParameterNoise', 'ResultStore', 'RunnerEvaluation',
     'Selection', 'attention_unused', 'build_test_runner',
     'check_sweep_settings', 'compare_sweeps', 'find_attention_sites',
+    'format_summary', 'run_noise_sweep',
     'group_selections', 'mean_ci', 'normalized_auc', 'parameter_groups',
     'principal_angles', 'select_layers', 'select_parameters',
     'sigma_at_fraction', 'subspace_change', 'summarize_results'

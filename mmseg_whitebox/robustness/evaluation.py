@@ -8,80 +8,15 @@ for a model, dataloader and evaluator you built yourself.
 """
 from __future__ import annotations
 
-import logging
-from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn as nn
 
-Metrics = Dict[str, float]
-Evaluate = Callable[[], Metrics]
-
-
-@contextmanager
-def quiet_logging(level: int = logging.WARNING) -> Iterator[None]:
-    """Silence mmengine's INFO output (e.g. the per-class IoU table that
-    every evaluation prints) for the duration of the block."""
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
-    old = logger.level
-    handlers = [(h, h.level) for h in logger.handlers]
-    logger.setLevel(level)
-    for h, _ in handlers:
-        h.setLevel(max(h.level, level))
-    try:
-        yield
-    finally:
-        logger.setLevel(old)
-        for h, lvl in handlers:
-            h.setLevel(lvl)
-
-
-def count_nonfinite(data: torch.Tensor) -> int:
-    """Non-finite values in ``data``. A finite sum means none (a NaN or
-    Inf anywhere makes the sum non-finite), which one cheap reduction
-    shows for the usual, all-finite logits; only otherwise are they
-    counted one by one."""
-    if data.is_floating_point() and bool(torch.isfinite(data.sum())):
-        return 0
-    return int((~torch.isfinite(data)).sum())
-
-
-class NonFiniteCounter:
-    """Counts non-finite values in the segmentation logits a model
-    predicts (a forward hook on the segmentor), so that predictions that
-    turned NaN/Inf under noise are recorded as such."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = getattr(model, 'module', model)
-        self.nonfinite = 0
-        self.total = 0
-        self._handle = None
-
-    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not isinstance(output, (list, tuple)):
-            return
-        for sample in output:
-            logits = getattr(sample, 'seg_logits', None)
-            if logits is None:
-                continue
-            data = logits.data
-            self.nonfinite += count_nonfinite(data)
-            self.total += data.numel()
-
-    def __enter__(self) -> 'NonFiniteCounter':
-        self.nonfinite = self.total = 0
-        self._handle = self.model.register_forward_hook(self._hook)
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._handle.remove()
-        return False
-
-    @property
-    def fraction(self) -> float:
-        return self.nonfinite / self.total if self.total else 0.0
+from mmseg_whitebox.utils.cli import (check_checkpoint, check_data_roots,
+                                      drop_training, load_config)
+from .metrics import Metrics, quiet_logging
+from .shared_encoder import SharedEncoderEvaluation
 
 
 def build_test_runner(config: str,
@@ -96,9 +31,6 @@ def build_test_runner(config: str,
     import argparse
 
     from mmengine.runner import Runner
-
-    from mmseg_whitebox.utils.cli import (check_checkpoint, check_data_roots,
-                                          drop_training, load_config)
     check_checkpoint(checkpoint)
     args = argparse.Namespace(config=config, cfg_options=cfg_options,
                               work_dir=work_dir, launcher=launcher)
@@ -140,7 +72,6 @@ class RunnerEvaluation:
         """A :class:`~.shared_encoder.SharedEncoderEvaluation` on the
         runner's test dataloader and evaluator: decode-head noise settings
         evaluated ``max_heads`` at a time with one encoder pass."""
-        from .shared_encoder import SharedEncoderEvaluation
         loop = self.runner.test_loop
         return SharedEncoderEvaluation(self.model, loop.dataloader,
                                        loop.evaluator, max_heads,
@@ -179,7 +110,6 @@ class LoopEvaluation:
     def shared_encoder(self, max_heads: int = 8) -> Any:
         """As :meth:`RunnerEvaluation.shared_encoder`, on this loop's
         model, dataloader and evaluator."""
-        from .shared_encoder import SharedEncoderEvaluation
         return SharedEncoderEvaluation(self.model, self.dataloader,
                                        self.evaluator, max_heads,
                                        quiet=False)

@@ -29,7 +29,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .evaluation import Metrics, count_nonfinite, quiet_logging
+from .metrics import Metrics, count_nonfinite, quiet_logging
 from .perturbation import ParameterNoise
 from .sites import _unwrap
 

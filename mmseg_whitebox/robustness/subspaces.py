@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from mmseg_whitebox.ops import fast_path
 from mmseg_whitebox.ops.subspace import SubspaceAttention
 
 from .perturbation import ParameterNoise
@@ -157,9 +156,7 @@ def subspace_change(model: nn.Module,
                           or 'none'))
     forward = forward or model.test_step
     model.eval()
-    # (hooked runs never take the fast path; the unhooked ones must not
-    # either, so that every update is computed alike)
-    with torch.no_grad(), fast_path(False):
+    with torch.no_grad():
         with _Recorder(sites, inputs=True) as clean:
             for batch in batches:
                 forward(batch)

@@ -37,8 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch.nn as nn
 
-from mmseg_whitebox.ops import fast_path
-from .evaluation import Evaluate, NonFiniteCounter
+from .metrics import Evaluate, NonFiniteCounter
 from .perturbation import MODES, ParameterNoise
 from .selection import Selection
 from .shared_encoder import NoiseSetting, SharedEncoderEvaluation
@@ -371,16 +370,7 @@ class NoiseSweep:
         return metrics
 
     def run(self) -> Dict[str, Any]:
-        """Evaluate what the store does not hold yet; returns its data.
-
-        Every evaluation runs the operators' equations (the inference fast
-        path, which hooked modules never take, is off for the whole
-        sweep), so the clean reference, measured with usage hooks, and
-        the noise draws are computed alike."""
-        with fast_path(False):
-            return self._run()
-
-    def _run(self) -> Dict[str, Any]:
+        """Evaluate what the store does not hold yet; returns its data."""
         store = self.store
         if not store.data.get('clean'):
             sites = [s for sel in self.selections for s in sel.sites]

@@ -17,22 +17,14 @@ from typing import (Any, Callable, Iterable, Iterator, NoReturn, Optional,
 
 from mmengine.config import Config, DictAction
 
+from .checkpoint_checks import CheckpointCheckHook
+from .distributed import setup_distributed
+from .tool_error import BAD_INPUT, ToolError
+
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
-
-
-#: exit status of every tool on bad input (as argparse's own errors)
-BAD_INPUT = 2
 
 #: exit status of a tool stopped with Ctrl-C (128 + SIGINT, as shells say)
 INTERRUPTED = 130
-
-
-class ToolError(Exception):
-    """Bad input to a tool: what was wrong and what to do about it.
-
-    :func:`run_tool` prints it as ``<tool>: error: <message>`` (argparse's
-    format) and exits with status :data:`BAD_INPUT`, without a traceback.
-    """
 
 
 def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
@@ -143,7 +135,6 @@ def add_checkpoint_check_args(parser: argparse.ArgumentParser,
 def checkpoint_check_hook(args: argparse.Namespace) -> Any:
     """The Runner hook that checks the loaded checkpoint as the options of
     :func:`add_checkpoint_check_args` say."""
-    from .checkpoint_checks import CheckpointCheckHook
     return CheckpointCheckHook(
         args.allow_partial_checkpoint, args.allow_nonfinite_weights,
         '--allow-partial-checkpoint', '--allow-nonfinite-weights')
@@ -184,7 +175,6 @@ def load_config(args: argparse.Namespace) -> Config:
                                 osp.splitext(osp.basename(args.config))[0])
     ensure_weights_only_checkpoints(cfg)
     # after the config is complete: gloo and CPU processes without CUDA
-    from mmseg_whitebox.utils.distributed import setup_distributed
     setup_distributed(cfg)
     return cfg
 

@@ -16,14 +16,11 @@ import datetime
 import os
 from typing import Any, Optional
 
+from .tool_error import ToolError
+
 #: what torchrun (``python -m torch.distributed.run``) sets for every process
 TORCHRUN_ENV = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
 DEFAULT_WRAPPER = 'MMDistributedDataParallel'
-
-
-def _error(message: str) -> Exception:
-    from mmseg_whitebox.utils.cli import ToolError
-    return ToolError(message)
 
 
 def cpu_model_wrapper_cfg(cfg: Any) -> dict:
@@ -63,14 +60,14 @@ def setup_distributed(cfg: Any) -> Optional[str]:
     if torch.cuda.is_available():
         return dist_cfg.get('backend', 'nccl')
     if launcher != 'pytorch':
-        raise _error(
+        raise ToolError(
             f'--launcher {launcher} needs CUDA GPUs (mmengine sets a GPU per '
             'process) and none is available here; on a CPU-only machine '
             'start the processes with tools/dist_train.sh or '
             'tools/dist_test.sh (--launcher pytorch), which use gloo')
     missing = [k for k in TORCHRUN_ENV if k not in os.environ]
     if missing:
-        raise _error(
+        raise ToolError(
             f'--launcher pytorch: {", ".join(missing)} not set; start the '
             'processes with tools/dist_train.sh / tools/dist_test.sh or '
             '`python -m torch.distributed.run --nproc_per_node N TOOL ... '

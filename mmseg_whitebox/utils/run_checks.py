@@ -15,6 +15,8 @@ import tempfile
 import urllib.error
 from typing import Any, Iterator, List, Optional
 
+from mmseg_whitebox.datasets.checks import DatasetCheckError
+from mmseg_whitebox.utils.checkpoint_checks import CheckpointError
 from mmseg_whitebox.utils.cli import ToolError
 
 
@@ -144,8 +146,6 @@ def _clean(exc: BaseException) -> str:
 def reported_errors(cfg: Any) -> Iterator[None]:
     """Turn the bad-input errors raised inside a run (data checks,
     checkpoint checks, an offline download) into :class:`ToolError`."""
-    from mmseg_whitebox.datasets.checks import DatasetCheckError
-    from mmseg_whitebox.utils.checkpoint_checks import CheckpointError
     try:
         yield
     except (DatasetCheckError, CheckpointError) as exc:

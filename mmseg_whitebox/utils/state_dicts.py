@@ -12,6 +12,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
+
 StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
 
@@ -71,9 +73,6 @@ def check_fits_backbone(state: StateDict, config: str) -> None:
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
-
-    from mmseg_whitebox.models.backbones.white_box_vit import \
-        check_pretrained
     if not osp.isfile(config):
         raise ValueError(f'config {config!r} does not exist')
     cfg = Config.fromfile(config)

@@ -1,8 +1,8 @@
 """Benchmark decode heads side by side on the same encoder features.
 
     python tools/analysis_tools/benchmark_decoders.py [--encoder s] \
-        [--heads segmenter linear mssa mssa-ca tssa cbsa cbsa-fast \
-                 cbsa-rigorous cbsa-straightforward] \
+        [--heads segmenter linear mssa mssa-ca tssa cbsa cbsa-rigorous \
+                 cbsa-straightforward] \
         [--sizes 512 768 1024 1536 2048 512x1024] [--device cpu|cuda] \
         [--threads N] [--repeats 10] [--max-seconds 30] [--no-backward] \
         [--amp bf16|fp16] [--out work_dirs/benchmark_decoders]
@@ -13,12 +13,11 @@ forward+backward latency (median over --repeats interleaved calls), peak
 memory (CUDA: max_memory_allocated; CPU: the rise of the resident-set
 high-water mark), each as a ratio to mmseg's Segmenter mask head.
 
-``cbsa`` runs the operators' equations (the default), ``cbsa-fast`` the
-same head with the inference fast path on, ``cbsa-straightforward`` the
-CBSA paper's Appendix D listing with the same parameters; the first two
-are also reported as ratios to the third, with the largest output
-difference. A run predicted (from the smaller sizes) not to fit in memory
-is skipped and marked so. Writes benchmark.json, benchmark.md (the table)
+``cbsa`` runs the operators' equations, ``cbsa-straightforward`` the CBSA
+paper's Appendix D listing with the same parameters; the first is also
+reported as a ratio to the second, with the largest output difference. A
+run predicted (from the smaller sizes) not to fit in memory is skipped and
+marked so. Writes benchmark.json, benchmark.md (the table)
 and benchmark.png (latency and memory against tokens, log-log, with fitted
 slopes) to --out. The project's targets and their last measurements are
 in the README ("Decoder benchmark").
@@ -30,6 +29,7 @@ from typing import Dict, List
 
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import decoder_benchmark as bench
 from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
 
@@ -45,11 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    'used (default: s)')
     p.add_argument('--heads', nargs='+', choices=list(bench.HEAD_CONFIGS),
                    default=list(bench.HEAD_CONFIGS), help='heads to compare')
-    p.add_argument('--sizes', nargs='+', type=bench.size_arg,
-                   default=[bench.parse_size(s) for s in DEFAULT_SIZES],
+    p.add_argument('--sizes', nargs='+', type=common.size_arg,
+                   default=[common.parse_size(s) for s in DEFAULT_SIZES],
                    help='image sizes, N or HxW (default: '
                    f'{" ".join(DEFAULT_SIZES)})')
-    bench.add_measurement_args(p, 'heads', repeats=10, warmup=2,
+    common.add_measurement_args(p, 'heads', repeats=10, warmup=2,
                                max_seconds=30.0)
     p.add_argument('--no-flops', action='store_true',
                    help='skip the FLOP counts')
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='output folder (default: work_dirs/'
                    'benchmark_decoders)')
     args = p.parse_args(argv)
-    bench.check_measurement_args(p, args)
+    common.check_measurement_args(p, args)
     return args
 
 
@@ -79,7 +79,7 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 def main(argv=None) -> Dict:
     args = parse_args(argv)
     try:
-        device, memory_limit = bench.prepare_run(
+        device, memory_limit = common.prepare_run(
             args.device, args.threads, args.memory_limit_gb)
     except ValueError as exc:
         raise ToolError(str(exc))
@@ -89,21 +89,21 @@ def main(argv=None) -> Dict:
     except FileNotFoundError as exc:
         raise ToolError(str(exc))
     os.makedirs(args.out, exist_ok=True)
-    options = bench.BenchmarkOptions(
+    options = common.BenchmarkOptions(
         repeats=args.repeats, warmup=args.warmup,
         max_seconds=args.max_seconds, backward=not args.no_backward,
         flops=not args.no_flops, amp=args.amp, seed=args.seed)
-    facts = bench.machine(device)
-    print(bench.machine_line(facts, f'ViT-{args.encoder} features',
+    facts = common.machine(device)
+    print(common.machine_line(facts, f'ViT-{args.encoder} features',
                              args.amp))
     history: Dict[str, List[Dict]] = {}
-    rows = bench.measure_sizes(args.sizes, lambda size: bench.measure_size(
+    rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         heads, info, size, options, device, history, memory_limit))
     bench.add_ratios(rows)
-    fits = bench.slopes(rows)
+    fits = common.slopes(rows)
     report = dict(machine=facts, encoder=args.encoder, amp=args.amp,
                   heads=info, results=rows, slopes=fits)
-    bench.write_report(args.out, report, bench.markdown_table(rows),
+    common.write_report(args.out, report, bench.markdown_table(rows),
                        f'decoders on ViT-{args.encoder} features')
     print_summary(rows, fits)
     return report

@@ -24,7 +24,7 @@ from typing import Dict, List
 
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis import decoder_benchmark as decoders
+from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import encoder_benchmark as bench
 from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
 
@@ -42,19 +42,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                    choices=list(bench.ENCODER_CONFIGS),
                    default=list(bench.ENCODER_CONFIGS),
                    help='encoders to compare (vit: mmseg\'s, the reference)')
-    p.add_argument('--sizes', nargs='+', type=decoders.size_arg,
-                   default=[decoders.parse_size(s) for s in DEFAULT_SIZES],
+    p.add_argument('--sizes', nargs='+', type=common.size_arg,
+                   default=[common.parse_size(s) for s in DEFAULT_SIZES],
                    help=f'image sizes, N or HxW (default: '
                    f'{" ".join(DEFAULT_SIZES)})')
-    p.add_argument('--flops-sizes', nargs='*', type=decoders.size_arg,
+    p.add_argument('--flops-sizes', nargs='*', type=common.size_arg,
                    default=[(512, 512)],
                    help='sizes at which FLOPs are counted (a traced forward '
                    'each; default: 512)')
-    decoders.add_measurement_args(p, 'encoders', repeats=5, warmup=1,
+    common.add_measurement_args(p, 'encoders', repeats=5, warmup=1,
                                   max_seconds=60.0)
     p.add_argument('--out', default='work_dirs/benchmark_encoders')
     args = p.parse_args(argv)
-    decoders.check_measurement_args(p, args)
+    common.check_measurement_args(p, args)
     return args
 
 
@@ -75,7 +75,7 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 def main(argv=None) -> Dict:
     args = parse_args(argv)
     try:
-        device, memory_limit = decoders.prepare_run(
+        device, memory_limit = common.prepare_run(
             args.device, args.threads, args.memory_limit_gb)
     except ValueError as exc:
         raise ToolError(str(exc))
@@ -85,22 +85,22 @@ def main(argv=None) -> Dict:
     except FileNotFoundError as exc:
         raise ToolError(str(exc))
     os.makedirs(args.out, exist_ok=True)
-    options = decoders.BenchmarkOptions(
+    options = common.BenchmarkOptions(
         repeats=args.repeats, warmup=args.warmup,
         max_seconds=args.max_seconds, backward=not args.no_backward,
         amp=args.amp, seed=args.seed)
-    facts = decoders.machine(device)
-    print(decoders.machine_line(facts, f'size {args.size.upper()}',
+    facts = common.machine(device)
+    print(common.machine_line(facts, f'size {args.size.upper()}',
                                 args.amp))
     history: Dict[str, List[Dict]] = {}
-    rows = decoders.measure_sizes(args.sizes, lambda size: bench.measure_size(
+    rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         models, size, options, device, history, memory_limit,
         size in args.flops_sizes))
     bench.add_ratios(rows)
-    fits = decoders.slopes(rows, SLOPE_KEYS)
+    fits = common.slopes(rows, SLOPE_KEYS)
     report = dict(machine=facts, size=args.size, amp=args.amp,
                   results=rows, slopes=fits)
-    decoders.write_report(
+    common.write_report(
         args.out, report, bench.markdown_table(rows),
         f'encoders ({args.size.upper()})',
         latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),

@@ -118,11 +118,11 @@ def main(argv=None) -> float:
         generate_synthetic_ade20k
     from mmseg_whitebox.robustness import (PAPER_SIGMAS, LoopEvaluation,
                                            ParameterNoise, select_parameters)
-    from mmseg_whitebox.robustness.evaluation import (NonFiniteCounter,
-                                                      quiet_logging)
+    from mmseg_whitebox.robustness.metrics import (NonFiniteCounter,
+                                                   quiet_logging)
     from mmseg_whitebox.robustness.shared_encoder import (
         NoiseSetting, SharedEncoderEvaluation)
-    from mmseg_whitebox.analysis.decoder_benchmark import prepare_run
+    from mmseg_whitebox.analysis.benchmark import prepare_run
     try:
         device, _ = prepare_run(args.device, args.threads, None)
     except (ValueError, RuntimeError) as exc:

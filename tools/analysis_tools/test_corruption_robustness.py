@@ -22,19 +22,17 @@ what is done. OUT/corruption_robustness.png plots mIoU against severity.
 Needs the corruptions extra: pip install -e '.[corruptions]'.
 """
 import argparse
+import functools
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.robustness import RunnerEvaluation
-from mmseg_whitebox.robustness.corruptions import (
-    SEVERITIES, CorruptionBenchmark, CorruptionError, CorruptionStore,
-    build_corruption_runner, check_severities, find_corruption_transforms,
-    load_imagecorruptions, markdown_table, resolve_corruptions)
-from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      add_checkpoint_check_args,
-                                      check_checkpoint, checkpoint_check_hook,
-                                      resumable, run_tool, tool_parser)
-from mmseg_whitebox.utils.run_checks import reported_errors
+from mmseg_whitebox.robustness.corruptions import (SEVERITIES,
+                                                   CorruptionOptions,
+                                                   markdown_table,
+                                                   run_corruption_benchmark)
+from mmseg_whitebox.utils.cli import (add_cfg_options_arg,
+                                      add_checkpoint_check_args, resumable,
+                                      run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,88 +60,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def parse_severities(values) -> list:
-    try:
-        ints = [int(v) for v in values]
-        if any(str(i) != str(v).strip() for i, v in zip(ints, values)):
-            raise ValueError
-    except ValueError:
-        raise ToolError(f'--severities must be integers in 1..5, got '
-                        f'{" ".join(map(str, values))}') from None
-    try:
-        return check_severities(ints)
-    except CorruptionError as exc:
-        raise ToolError(f'--severities: {exc}') from None
-
-
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        load_imagecorruptions()
-        corruptions = resolve_corruptions(args.corruptions)
-    except ImportError as exc:
-        raise ToolError(str(exc)) from None
-    except CorruptionError as exc:
-        raise ToolError(f'--corruptions: {exc}') from None
-    severities = parse_severities(args.severities)
-    if not osp.isfile(args.config):
-        raise ToolError(f'config file {args.config!r} does not exist')
-    check_checkpoint(args.checkpoint)
-    name = osp.splitext(osp.basename(args.config))[0]
-    out = args.out or osp.join('work_dirs', 'corruption_robustness', name)
-    try:
-        CorruptionStore.check_out_dir(out, args.resume)
-    except FileExistsError as exc:
-        raise ToolError(str(exc)) from None
-    setup = dict(config=args.config, checkpoint=args.checkpoint,
-                 seed=args.seed, cfg_options=args.cfg_options or {},
-                 metric='mIoU', name=args.name or name,
-                 corruptions=corruptions, severities=severities)
-    try:
-        store = CorruptionStore(out, setup, resume=args.resume)
-    except CorruptionError as exc:
-        raise ToolError(str(exc)) from None
-
-    try:
-        runner = build_corruption_runner(args.config, args.checkpoint,
-                                         args.cfg_options,
-                                         args.work_dir or out, args.seed)
-    except CorruptionError as exc:
-        raise ToolError(str(exc)) from None
-    runner.register_hook(checkpoint_check_hook(args))
-    with reported_errors(runner.cfg):
-        evaluation = RunnerEvaluation(runner)
-    transforms = find_corruption_transforms(
-        runner.test_loop.dataloader.dataset)
-    bench = CorruptionBenchmark(evaluation, transforms, store,
-                                on_progress=lambda s: print(s, flush=True))
-    todo = bench.pending()
-    print(f'{len(corruptions)} corruption(s) x {len(severities)} '
-          f'severit{"y" if len(severities) == 1 else "ies"}: '
-          f'{len(todo)} evaluation(s) to run'
-          + (f' ({len(corruptions) * len(severities) + 1 - len(todo)} '
-             'done before)' if args.resume else ''), flush=True)
-
-    def plot():
-        if store.data.get('clean') or store.data['results']:
-            return store.plot(args.name or name)
-        return None
-
-    try:
-        with resumable(out, 'evaluations', plot), \
-                reported_errors(runner.cfg):
-            bench.run()
-    except CorruptionError as exc:
-        raise ToolError(str(exc)) from None
-    finally:
-        evaluation.close()
-    png = plot()
-    summary = store.summary()
+    options = CorruptionOptions(
+        corruptions=args.corruptions, severities=args.severities,
+        seed=args.seed, out=args.out, resume=args.resume, name=args.name,
+        work_dir=args.work_dir, cfg_options=args.cfg_options,
+        allow_partial_checkpoint=args.allow_partial_checkpoint,
+        allow_nonfinite_weights=args.allow_nonfinite_weights)
+    out = options.out_dir(args.config)
+    with resumable(out, 'evaluations'):
+        store = run_corruption_benchmark(
+            args.config, args.checkpoint, options,
+            log=functools.partial(print, flush=True))
     print()
-    print(markdown_table(summary, store.values(), severities))
+    print(markdown_table(store.summary(), store.values(), store.severities))
     print(f'results: {osp.join(out, "results.json")}, '
           f'{osp.join(out, "table.md")}, {osp.join(out, "table.csv")}\n'
-          f'plot: {png}')
+          f'plot: {osp.join(out, "corruption_robustness.png")}')
     return store.data
 
 

@@ -26,6 +26,9 @@ from mmseg.registry import MODELS
 from torch.utils.checkpoint import checkpoint
 
 from mmseg_whitebox.ops import SubspaceAttention
+from mmseg_whitebox.utils.checkpoint_checks import (added_parameters,
+                                                    check_state_dict,
+                                                    state_dict_of)
 from ..layers import WhiteBoxBlock
 
 LayerCfg = Union[Dict[str, Any], Sequence[Dict[str, Any]]]
@@ -67,8 +70,6 @@ def check_pretrained(vit: VisionTransformer, state: Dict[str, Any],
     loading will load them: the position embedding is resized to the
     model's grid first (in ``state``), and parameters the model's
     operators add (``added_parameters``) may be absent."""
-    from mmseg_whitebox.utils.checkpoint_checks import (added_parameters,
-                                                        check_state_dict)
     pos_embed = state.get('pos_embed')
     if pos_embed is not None and pos_embed.shape != vit.pos_embed.shape:
         side = int(math.sqrt(pos_embed.shape[1] - 1))
@@ -188,8 +189,6 @@ class WhiteBoxViT(VisionTransformer):
         QKVCBSA's step sizes) may be absent."""
         from mmengine.runner import CheckpointLoader
         from mmengine.runner.checkpoint import load_state_dict
-
-        from mmseg_whitebox.utils.checkpoint_checks import state_dict_of
         check_local_checkpoint(checkpoint)
         state = state_dict_of(CheckpointLoader.load_checkpoint(
             checkpoint, map_location='cpu', logger='current'))

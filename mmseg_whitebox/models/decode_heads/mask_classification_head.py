@@ -156,10 +156,8 @@ class JointTokenHead(MaskClassificationHead):
 
     def decode_tokens(self, patches, classes, hw):
         num_patches = patches.shape[1]
-        # the head's own token stream: its layers may sum into it in place
-        # (inference fast path, mmseg_whitebox.ops.fast)
         x = torch.cat([patches, classes], dim=1)
         for layer in self.layers:
-            x = layer(x, sum_in_place=True, hw=hw, grid_start=0)
+            x = layer(x, hw=hw, grid_start=0)
         x = self.decoder_norm(x)
         return x[:, :num_patches], x[:, num_patches:]

@@ -14,7 +14,7 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 
-from mmseg_whitebox.ops import ISTA, fast
+from mmseg_whitebox.ops import ISTA
 from .builder import build_attention, build_feedforward
 
 AttnCfg = Union[Dict[str, Any], nn.Module]
@@ -45,20 +45,8 @@ class PreNormResidual(nn.Module):
         self.drop_path = (DropPath(drop_path_rate)
                           if drop_path_rate > 0 else nn.Identity())
 
-    def forward(self,
-                x: torch.Tensor,
-                *,
-                sum_in_place: bool = False,
-                **kwargs: Any) -> torch.Tensor:
-        """``kwargs`` go to the operator (e.g. ``hw``, ``grid_start``).
-
-        ``sum_in_place``: only for the owner of the token stream ``x`` (a
-        loop over its own blocks, on a tensor it allocated): where the
-        inference fast path applies (:mod:`mmseg_whitebox.ops.fast`), the
-        update is summed into ``x``'s memory, which is overwritten.
-        """
-        if sum_in_place and fast.may_sum_in_place(self, x):
-            return fast.residual_step(self, x, **kwargs)
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """``kwargs`` go to the operator (e.g. ``hw``, ``grid_start``)."""
         return x + self.drop_path(self.attn(self.norm(x), **kwargs))
 
 

@@ -33,21 +33,27 @@ Modules: :mod:`.library` (the adapter, names, severities),
 :mod:`.report` (mPC, rPC, table, plot) and :mod:`.benchmark` (the pipeline
 change, the resumable store and the evaluation loop).
 """
+from mmseg_whitebox.datasets.corruption_library import (
+    GROUPS, INSTALL_HINT, SEVERITIES, CorruptionError, check_severities,
+    corruption_names, load_imagecorruptions, resolve_corruptions)
+from mmseg_whitebox.datasets.corruption_transform import (ImageCorruption,
+                                                          corrupt_image,
+                                                          image_seed)
 from .benchmark import (CorruptionBenchmark, CorruptionStore,
                         build_corruption_runner, find_corruption_transforms,
                         insert_corruption_transform)
-from .library import (GROUPS, INSTALL_HINT, SEVERITIES, CorruptionError,
-                      check_severities, corruption_names,
-                      load_imagecorruptions, resolve_corruptions)
+from .corruption_robustness import (CorruptionOptions, parse_severities,
+                                    run_corruption_benchmark)
 from .report import (corruption_summary, markdown_table, plot_corruptions,
                      table_rows)
-from .transform import ImageCorruption, corrupt_image, image_seed
 
 __all__ = [
     'GROUPS', 'INSTALL_HINT', 'SEVERITIES', 'CorruptionBenchmark',
-    'CorruptionError', 'CorruptionStore', 'ImageCorruption',
+    'CorruptionError', 'CorruptionOptions', 'CorruptionStore',
+    'ImageCorruption',
     'build_corruption_runner', 'check_severities', 'corrupt_image',
     'corruption_names', 'corruption_summary', 'find_corruption_transforms',
     'image_seed', 'insert_corruption_transform', 'load_imagecorruptions',
-    'markdown_table', 'plot_corruptions', 'resolve_corruptions', 'table_rows'
+    'markdown_table', 'parse_severities', 'plot_corruptions',
+    'resolve_corruptions', 'run_corruption_benchmark', 'table_rows'
 ]

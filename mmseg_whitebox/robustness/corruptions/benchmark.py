@@ -8,10 +8,14 @@ import os.path as osp
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from .library import SEVERITIES, CorruptionError
+from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
+                                                        CorruptionError)
+from mmseg_whitebox.datasets.corruption_transform import ImageCorruption
+from mmseg_whitebox.utils.cli import dataset_configs
+from ..evaluation import build_test_runner
+from ..sweep import _atomic_csv, _atomic_json
 from .report import (corruption_summary, markdown_table, plot_corruptions,
                      table_rows)
-from .transform import ImageCorruption
 
 
 def _type_name(step: Any) -> str:
@@ -22,7 +26,6 @@ def _type_name(step: Any) -> str:
 
 def _pipelines(dataset: Any) -> Iterator[list]:
     """The ``pipeline`` lists of a dataset config (wrappers unpacked)."""
-    from mmseg_whitebox.utils.cli import dataset_configs
     for _, ds in dataset_configs(dataset):
         if 'pipeline' in ds:
             yield ds['pipeline']
@@ -179,7 +182,6 @@ class CorruptionStore:
                                   self.severities)
 
     def save(self) -> None:
-        from ..sweep import _atomic_csv, _atomic_json
         summary = self.summary()
         self.data['summary'] = dict(
             summary, per_severity={str(s): v for s, v in
@@ -302,7 +304,6 @@ def build_corruption_runner(config: str, checkpoint: str,
     """A Runner set up as ``tools/test.py`` sets it up (as
     :func:`~..evaluation.build_test_runner`), with :class:`ImageCorruption`
     inserted after ``LoadImageFromFile`` in the test pipeline."""
-    from ..evaluation import build_test_runner
     return build_test_runner(
         config, checkpoint, cfg_options, work_dir,
         prepare=lambda cfg: insert_corruption_transform(cfg, seed))

@@ -1,6 +1,7 @@
 """The ``imagecorruptions`` library, made to import on current NumPy,
-scikit-image and setuptools (see the package docstring), and the names and
-severities it offers."""
+scikit-image and setuptools (the adaptations are listed in
+:mod:`mmseg_whitebox.robustness.corruptions`), and the names and severities
+it offers."""
 from __future__ import annotations
 
 import contextlib

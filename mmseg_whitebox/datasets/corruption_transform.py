@@ -12,8 +12,8 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
 
-from .library import (GROUPS, CorruptionError, check_severities,
-                      load_imagecorruptions, resolve_corruptions)
+from .corruption_library import (GROUPS, CorruptionError, check_severities,
+                                 load_imagecorruptions, resolve_corruptions)
 
 
 def image_seed(seed: int, corruption: str, key: str) -> int:

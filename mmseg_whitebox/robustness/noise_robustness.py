@@ -1,0 +1,263 @@
+"""The whole noise sweep of ``tools/noise_robustness.py`` as one call.
+
+:func:`run_noise_sweep` builds the test Runner as ``tools/test.py`` does,
+selects the perturbed layers (and parameter groups), measures subspace
+angles if asked, runs the :class:`~.sweep.NoiseSweep` (clean model,
+attention removed, every sigma and draw; shared-encoder passes where the
+noise is in the decode head), saves the results as each draw finishes and
+plots ``robustness.png``; :func:`format_summary` is the printout the tool
+shows after it. A library user gets the same sweep, resumable, with::
+
+    from mmseg_whitebox.robustness import NoiseSweepOptions, run_noise_sweep
+    data = run_noise_sweep('configs/...py', 'ckpt.pth',
+                           NoiseSweepOptions(sigmas=[0.01, 0.1], seeds=2))
+"""
+from __future__ import annotations
+
+import os.path as osp
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from mmseg_whitebox.utils.cli import ToolError, checkpoint_check_hook
+from mmseg_whitebox.utils.run_checks import reported_errors
+from .evaluation import RunnerEvaluation, build_test_runner
+from .groups import group_selections
+from .plotting import load_results, plot_robustness, result_label
+from .selection import NAMED_TARGETS, select_layers
+from .subspaces import (missing_sigmas, subspace_change, subspace_sites,
+                        take_batches)
+from .summary import (attention_unused, fmt, markdown_table,
+                      summarize_results, summary_rows)
+from .sweep import PAPER_SIGMAS, NoiseSweep, ResultStore, check_sweep_settings
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class NoiseSweepOptions:
+    """What to sweep and how (the options of ``tools/noise_robustness.py``,
+    under the same names)."""
+    sigmas: Sequence[float] = tuple(PAPER_SIGMAS)
+    seeds: int = 3
+    seed: int = 0
+    target: str = 'decoder-attention'
+    layers: Optional[Union[str, List[int]]] = None
+    mode: str = 'absolute'
+    out: Optional[str] = None
+    name: Optional[str] = None
+    resume: bool = False
+    ablation: bool = True
+    compare: Sequence[str] = ()
+    groups: Optional[Sequence[str]] = None
+    subspace_angles: bool = False
+    angle_images: int = 4
+    max_heads: int = 8
+    shared_encoder: bool = True
+    cfg_options: Optional[Dict[str, Any]] = None
+    work_dir: Optional[str] = None
+    launcher: str = 'none'
+    allow_partial_checkpoint: bool = False
+    allow_nonfinite_weights: bool = False
+    progress: bool = field(default=True, repr=False)
+
+    def label(self, config: str) -> str:
+        """The legend label: ``name``, or the config's file name."""
+        return self.name or osp.splitext(osp.basename(config))[0]
+
+    def out_dir(self, config: str) -> str:
+        """``out``, or ``work_dirs/noise_robustness/<config>_<target>_
+        <mode>``."""
+        if self.out:
+            return self.out
+        name = osp.splitext(osp.basename(config))[0]
+        tag = self.target if self.target in NAMED_TARGETS else 'regex'
+        return osp.join('work_dirs', 'noise_robustness',
+                        f'{name}_{tag}_{self.mode}')
+
+    def check(self) -> None:
+        """Every check that needs no model, so bad settings fail first."""
+        if self.angle_images < 1:
+            raise ToolError('--angle-images must be >= 1')
+        if self.max_heads < 1:
+            raise ToolError('--max-heads must be >= 1')
+        try:
+            check_sweep_settings(self.sigmas, self.seeds, self.mode)
+            for folder in self.compare:
+                load_results(folder)  # (read again for the plot)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ToolError(str(exc)) from exc
+
+
+def run_noise_sweep(config: str,
+                    checkpoint: str,
+                    options: Optional[NoiseSweepOptions] = None,
+                    log: Log = print) -> Dict[str, Any]:
+    """Run (or, with ``options.resume``, continue) the sweep of ``config``
+    with the weights of ``checkpoint``; returns the results (as saved in
+    ``results.json`` in ``options.out_dir(config)``). Bad settings raise
+    :class:`~mmseg_whitebox.utils.cli.ToolError` before a model is built
+    where they can. On Ctrl-C, what is finished is plotted before the
+    ``KeyboardInterrupt`` goes on."""
+    options = options or NoiseSweepOptions()
+    options.check()
+    out = options.out_dir(config)
+    try:
+        ResultStore.check_out_dir(out, options.resume)
+    except FileExistsError as exc:
+        raise ToolError(str(exc)) from exc
+
+    runner = build_test_runner(config, checkpoint, options.cfg_options,
+                               options.work_dir, options.launcher)
+    runner.register_hook(checkpoint_check_hook(options))
+    with reported_errors(runner.cfg):
+        evaluation = RunnerEvaluation(runner)
+    try:
+        bases = select_layers(evaluation.model, options.target,
+                              options.layers)
+        selections = list(bases)
+        if options.groups is not None:
+            selections = [g for sel in bases for g in [sel] +
+                          group_selections(sel, options.groups or None)]
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
+    if options.subspace_angles and not any(subspace_sites(s) for s in bases):
+        raise ToolError(
+            '--subspace-angles needs subspace attention layers (CBSA, MSSA, '
+            'TSSA) among the perturbed ones; perturbed layers: ' +
+            (', '.join(st.name for s in bases for st in s.sites) or 'none'))
+
+    from mmengine.dist import is_main_process
+    from mmengine.utils import ProgressBar
+    main_process = is_main_process()
+    say = log if main_process else (lambda msg: None)
+    for sel in selections:
+        say(sel.describe())
+    label = options.label(config)
+    setup = dict(config=config, checkpoint=checkpoint,
+                 target=options.target, mode=options.mode,
+                 num_seeds=options.seeds, seed=options.seed, name=label,
+                 selections=[s.label for s in selections],
+                 num_parameters={s.label: s.numel for s in selections},
+                 cfg_options=options.cfg_options or {})
+    try:
+        store = ResultStore.on_every_rank(out, setup, resume=options.resume)
+    except (FileExistsError, ValueError) as exc:
+        raise ToolError(str(exc)) from exc
+    if options.subspace_angles:
+        _measure_subspaces(evaluation, bases, store, options, say)
+    sweep = NoiseSweep(evaluation.model, evaluation, selections,
+                       options.sigmas, options.seeds, options.mode,
+                       options.seed, store, ablation=options.ablation,
+                       shared=evaluation.shared_encoder(options.max_heads)
+                       if options.shared_encoder else None,
+                       log=lambda msg: say('\n' + msg))
+    if not options.shared_encoder:
+        say('shared-encoder sweep off (--no-shared-encoder): evaluating '
+            'one noise setting at a time')
+    if main_process and options.progress:
+        bar = ProgressBar(sweep.num_evaluations)
+        sweep.on_progress = lambda status: bar.update()
+
+    def plot() -> Optional[str]:
+        if not main_process or not store.data.get('clean'):
+            return None
+        runs = [(label, store.data)]
+        runs += [(result_label(results, folder), results)
+                 for folder, results in ((f, load_results(f))
+                                         for f in options.compare)]
+        return plot_robustness(runs, osp.join(out, 'robustness.png'))
+
+    try:
+        data = sweep.run()
+    except KeyboardInterrupt:
+        plot()
+        raise
+    except ValueError as exc:  # e.g. an evaluator without mIoU
+        raise ToolError(str(exc)) from exc
+    finally:
+        evaluation.close()
+    plot()
+    return data
+
+
+def _measure_subspaces(evaluation: RunnerEvaluation, selections: list,
+                       store: ResultStore, options: NoiseSweepOptions,
+                       say: Log) -> None:
+    """``subspace_angles``: the rows not measured yet, saved per
+    selection."""
+    batches = take_batches(evaluation.runner.test_dataloader,
+                           options.angle_images)
+    done = store.data.get('subspace_angles', [])
+    for sel in selections:
+        sigmas = missing_sigmas(done, sel.label, options.sigmas)
+        if not subspace_sites(sel) or not sigmas:
+            continue
+        say(f'subspace angles: {sel.label}, {len(sigmas)} sigmas x '
+            f'{options.seeds} draws on {options.angle_images} images')
+        store.add_subspace_rows(subspace_change(
+            evaluation.model, sel, sigmas, batches, options.seeds,
+            options.mode, options.seed))
+
+
+def format_summary(data: Dict[str, Any], label: str) -> str:
+    """The sweep's summary as the tool prints it: clean and
+    attention-removed mIoU, every point with its 95% interval and
+    retentions, the summary table, attention usage and subspace change."""
+    lines = []
+    clean = data['clean']
+    lines.append(f'\n== {label}: mIoU under {data["setup"]["mode"]} '
+                 'parameter noise')
+    lines.append(f'clean: mIoU {clean["mIoU"]:.2f}')
+    shown = set()  # parameter groups share their layers' ablation
+    for sel, abl in data['ablation'].items():
+        if tuple(abl.get('sites', [sel])) in shown:
+            continue
+        shown.add(tuple(abl.get('sites', [sel])))
+        value = abl['metrics']['mIoU']
+        verdict = ('attention unused: robustness is not informative'
+                   if attention_unused(clean['mIoU'], value) else
+                   'attention is used')
+        lines.append(f'{sel} removed: mIoU {value:.2f} '
+                     f'({value - clean["mIoU"]:+.2f}; {verdict})')
+    summaries = summarize_results(data)
+    width = max([26] + [len(s) + 2 for s in summaries])
+    lines.append(f'{"selection":<{width}}{"sigma":>9}{"mean":>8}'
+                 f'{"95% CI":>8}{"min":>8}{"max":>8}{"retain":>8}'
+                 f'{"att.ret":>8}{"non-finite":>12}')
+    stored = {(p['selection'], p['sigma']): p for p in data['points']}
+    for sel, summary in summaries.items():
+        for q in summary['points']:
+            p = stored[sel, q['sigma']]
+            ci = '-' if q['ci95'] is None else f'+-{q["ci95"]:.2f}'
+            lines.append(
+                f'{sel:<{width}}{q["sigma"]:>9g}{q["mean"]:>8.2f}'
+                f'{ci:>8}{p["mIoU_min"]:>8.2f}{p["mIoU_max"]:>8.2f}'
+                f'{fmt(q["retention"]):>8}'
+                f'{fmt(q["attention_retention"]):>8}'
+                f'{p["nonfinite_fraction"]:>12.2%}')
+    lines.append('\nsummary (AUC: area under mIoU over log10 sigma / (range '
+                 'x clean); sigma_50: mIoU at half of clean):')
+    lines.append(markdown_table(summary_rows(
+        summaries, label=label,
+        num_parameters=data['setup'].get('num_parameters'))))
+    if data['attention_usage']:
+        lines.append('attention usage, ||update|| / ||residual stream|| '
+                     '(clean evaluation):')
+        for row in data['attention_usage']:
+            lines.append(
+                f'  [{row["layer"]}] {row["site"]:<40} mean '
+                f'{row["ratio_mean"]:.4f} (min {row["ratio_min"]:.4f}, '
+                f'max {row["ratio_max"]:.4f})')
+    if data.get('subspace_angles'):
+        lines.append('subspace change under noise (principal angles between '
+                     'span(U_k) and span(U_k + noise), degrees; relative '
+                     'change of the attention update, isolated / '
+                     'propagated):')
+        for r in data['subspace_angles']:
+            lines.append(
+                f'  {r["selection"]} [{r["layer"]}] {r["site"]:<34} sigma '
+                f'{r["sigma"]:<7g} angle mean {r["angle_mean_deg"]:7.3f} '
+                f'max {r["angle_max_deg"]:7.3f}  update change '
+                f'{r["update_change_isolated"]:.4f} / '
+                f'{r["update_change_propagated"]:.4f}')
+    return '\n'.join(lines)

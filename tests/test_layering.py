@@ -1,0 +1,164 @@
+"""The package's import graph: no cycles, and no module imports one of a
+higher layer (ops < models < robustness/analysis < the package root;
+tools sit above the package). Function-local imports count as imports:
+they only hide a cycle or an upward dependency from the interpreter."""
+import ast
+import os
+import os.path as osp
+from typing import Dict, List, Set, Tuple
+
+from _helpers import REPO
+
+PACKAGE = 'mmseg_whitebox'
+
+#: the layer of each module, by its longest listed prefix
+LAYERS = {
+    PACKAGE: 5,  # the root imports everything to register it
+    f'{PACKAGE}.version': 0,
+    f'{PACKAGE}.utils': 0,
+    f'{PACKAGE}.compat': 0,
+    f'{PACKAGE}.ops': 1,
+    f'{PACKAGE}.models': 2,
+    f'{PACKAGE}.engine': 2,
+    f'{PACKAGE}.datasets': 3,
+    f'{PACKAGE}.utils.state_dicts': 3,  # converters, over the models
+    f'{PACKAGE}.utils.run_checks': 4,  # tools' checks, over the datasets
+    f'{PACKAGE}.robustness': 4,
+    f'{PACKAGE}.analysis': 4,
+    f'{PACKAGE}.deployment': 4,
+    f'{PACKAGE}.apis': 4,
+}
+
+
+def layer(module: str) -> int:
+    parts = module.split('.')
+    for n in range(len(parts), 0, -1):
+        prefix = '.'.join(parts[:n])
+        if prefix in LAYERS:
+            return LAYERS[prefix]
+    raise KeyError(f'{module} has no layer: add it to LAYERS')
+
+
+def package_modules() -> Dict[str, str]:
+    """Module name -> file, for every module of the package."""
+    modules = {}
+    for folder, _, files in os.walk(osp.join(REPO, PACKAGE)):
+        for name in files:
+            if name.endswith('.py'):
+                path = osp.join(folder, name)
+                module = osp.relpath(path, REPO)[:-3].replace(os.sep, '.')
+                modules[module.removesuffix('.__init__')] = path
+    return modules
+
+
+def imported_modules(module: str, path: str, node: ast.AST,
+                     modules: Dict[str, str]) -> Set[str]:
+    """The package modules one import statement loads, its own
+    ancestors (already loaded before it runs) left out."""
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    else:
+        base = node.module or ''
+        if node.level:
+            package = module if path.endswith('__init__.py') else \
+                module.rsplit('.', 1)[0]
+            package = '.'.join(package.split('.')[:len(
+                package.split('.')) - node.level + 1])
+            base = f'{package}.{base}' if base else package
+        submodules = [f'{base}.{a.name}' for a in node.names
+                      if f'{base}.{a.name}' in modules]
+        targets = (submodules if len(submodules) == len(node.names) else
+                   [base] + submodules)
+    found = set()
+    for target in targets:
+        while target not in modules and '.' in target:
+            target = target.rsplit('.', 1)[0]
+        if target in modules and not module.startswith(target + '.') \
+                and target != module:
+            found.add(target)
+    return found
+
+
+def run_at_import(node: ast.AST) -> Set[ast.AST]:
+    """The import statements outside any function body under ``node``."""
+    found = set()
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            found.add(child)
+        elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                    ast.Lambda)):
+            found |= run_at_import(child)
+    return found
+
+
+def import_graph() -> Tuple[Dict[str, Set[str]], List[str]]:
+    """Every package module's imports of package modules (wherever the
+    statement stands), and ``file:line`` of the function-local ones."""
+    modules = package_modules()
+    graph, local = {}, []
+    for module, path in modules.items():
+        tree = ast.parse(open(path).read(), path)
+        graph[module] = set()
+        top_level = run_at_import(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                targets = imported_modules(module, path, node, modules)
+                graph[module] |= targets
+                if targets and node not in top_level:
+                    local.append(f'{osp.relpath(path, REPO)}:{node.lineno}')
+    return graph, local
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components with more than one module."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    graph, _ = import_graph()
+    assert cycles(graph) == []
+
+
+def test_no_import_from_a_higher_layer():
+    graph, _ = import_graph()
+    upward = sorted(f'{a} -> {b}' for a, targets in graph.items()
+                    for b in targets if layer(b) > layer(a))
+    assert upward == []
+
+
+def test_the_probes_see_cycles_and_upward_imports():
+    graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}
+    assert cycles(graph) == [['a', 'b', 'c']]
+    assert layer(f'{PACKAGE}.ops.cbsa') < layer(f'{PACKAGE}.models.layers')
+    graph, local = import_graph()
+    # a function-local import is seen (compat loads the checkpoint checks
+    # only when a checkpoint is loaded, after its shims are in place)
+    assert any(p.startswith(osp.join(PACKAGE, 'compat.py')) for p in local)
+    assert f'{PACKAGE}.utils.checkpoint_checks' in graph[f'{PACKAGE}.compat']

@@ -1,6 +1,6 @@
 """Input-corruption benchmark: the ImageCorruption transform, mPC/rPC, and
 tools/analysis_tools/test_corruption_robustness.py (a reduced grid on the
-tiny synthetic data; the full grid is documented in the README)."""
+tiny synthetic data; the full grid is documented in docs/robustness.md)."""
 import copy
 import glob
 import json

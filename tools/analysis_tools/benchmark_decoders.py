@@ -20,7 +20,7 @@ run predicted (from the smaller sizes) not to fit in memory is skipped and
 marked so. Writes benchmark.json, benchmark.md (the table)
 and benchmark.png (latency and memory against tokens, log-log, with fitted
 slopes) to --out. The project's targets and their last measurements are
-in the README ("Decoder benchmark").
+in docs/benchmarks.md ("Decoder benchmark").
 """
 import argparse
 import os

@@ -15,7 +15,7 @@ included; at --flops-sizes), encoder and segmentor forward latency,
 encoder forward+backward latency, peak memory, each as a ratio to mmseg's
 ViT, and log-log slopes of cost against tokens. Writes benchmark.json,
 benchmark.md and benchmark.png to --out. The targets and the last
-measurements are in the README ("Encoder benchmark").
+measurements are in docs/benchmarks.md ("Encoder benchmark").
 """
 import argparse
 import os

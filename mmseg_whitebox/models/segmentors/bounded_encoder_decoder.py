@@ -11,7 +11,7 @@ from them: it resizes and takes the argmax a band of rows at a time, with
 the source coordinates and weights of ``F.interpolate(mode='bilinear')``,
 and never holds a full-resolution float map.
 
-Differences from mmseg's ``EncoderDecoder`` (documented in the README):
+Differences from mmseg's ``EncoderDecoder`` (documented in docs/deployment.md):
 
 * ``pred_sem_seg`` is the same (full resolution, int64; up to rounding of
   near-ties between two classes, below 1e-4 of the pixels);

@@ -1,8 +1,12 @@
 """Inference helpers on top of ``mmseg.apis``: the image demo (overlays
-of single images or folders) and the model-name index that lets
-``MMSegInferencer(model=<config name>)`` find this project's configs.
+of single images or folders), the model-name index that lets
+``MMSegInferencer(model=<config name>)`` find this project's configs, and
+:func:`config_path` for what takes a config file (``init_model``).
 (``image_demo`` is imported on use: it loads mmseg's visualizer.)"""
-from .model_index import (find_model, project_models,
-                          register_model_index)
+from .model_index import (config_path, find_model, project_models,
+                          register_model_index, resources_root, tool_path)
 
-__all__ = ['find_model', 'project_models', 'register_model_index']
+__all__ = [
+    'config_path', 'find_model', 'project_models', 'register_model_index',
+    'resources_root', 'tool_path'
+]

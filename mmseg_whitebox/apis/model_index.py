@@ -8,9 +8,16 @@ that lookup also read this project's ``configs/*/metafile.yaml``, after
 mmseg's own: mmseg's names keep their meaning, and the four Segmenter
 configs whose names mmseg already uses are reachable under their
 ``mmseg_whitebox:`` alias.
+
+:func:`config_path` turns a model name, a config file name or a path
+relative to ``configs/`` into the config file, for what takes a path
+(``mmseg.apis.init_model``, the tools). The configs and tools live in the
+checkout (an editable install) or, in a wheel, in the package's ``.mim``
+folder, which the build fills from the checkout (see ``setup.py``).
 """
 from __future__ import annotations
 
+import difflib
 import glob
 import os.path as osp
 from typing import Dict, Iterator, List, Optional
@@ -21,19 +28,23 @@ ALIAS_PREFIX = 'mmseg_whitebox:'
 _PACKAGE_DIR = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
-def configs_root() -> Optional[str]:
-    """The folder holding ``configs/``: the checkout (editable install)
-    or the package's ``.mim`` folder (a packaged install), as mmengine
-    looks for an OpenMMLab package's configs."""
-    for root in (osp.dirname(_PACKAGE_DIR), osp.join(_PACKAGE_DIR, '.mim')):
-        if glob.glob(osp.join(root, 'configs', '*', 'metafile.yaml')):
+def resources_root() -> Optional[str]:
+    """The folder holding ``configs/`` and ``tools/``: the checkout (an
+    editable install, recognised by its ``pyproject.toml``, so that no copy
+    shadows the files being edited) or the package's ``.mim`` folder (a
+    wheel), where mmengine looks for an OpenMMLab package's configs."""
+    checkout = osp.dirname(_PACKAGE_DIR)
+    for root, marker in ((checkout, 'pyproject.toml'),
+                         (osp.join(_PACKAGE_DIR, '.mim'), 'model-index.yml')):
+        if osp.isfile(osp.join(root, marker)) and glob.glob(
+                osp.join(root, 'configs', '*', 'metafile.yaml')):
             return root
     return None
 
 
 def metafiles() -> List[str]:
     """This project's ``configs/*/metafile.yaml`` files, sorted."""
-    root = configs_root()
+    root = resources_root()
     if root is None:
         return []
     return sorted(glob.glob(osp.join(root, 'configs', '*', 'metafile.yaml')))
@@ -44,7 +55,7 @@ def project_models() -> Iterator[Dict]:
     made absolute (mmengine joins it to mmseg's folder, which keeps an
     absolute path as it is)."""
     from mmengine.fileio import load
-    root = configs_root()
+    root = resources_root()
     for path in metafiles():
         for model in load(path).get('Models', []) or []:
             model = dict(model)
@@ -63,6 +74,53 @@ def find_model(name: str) -> Optional[Dict]:
                 a.lower() for a in aliases):
             return model
     return None
+
+
+def config_path(name: str) -> str:
+    """The config file that ``name`` means, for ``init_model`` and the
+    tools, which take a path. ``name`` is an existing file (returned as
+    is), a model name of this project's metafiles or its alias, a config
+    file name with or without ``.py``, or a path relative to ``configs/``
+    (``cbsa/<name>.py``, ``_base_/models/vit-demo.py``), optionally after
+    ``mmseg_whitebox::``. Raises FileNotFoundError naming close matches."""
+    if osp.isfile(name):
+        return name
+    root = resources_root()
+    if root is None:
+        raise FileNotFoundError(
+            f'no config {name!r}: this mmseg_whitebox install has no '
+            'configs (neither a checkout nor a wheel\'s .mim folder)')
+    configs = osp.join(root, 'configs')
+    relative = name.split('::', 1)[1] if '::' in name else name
+    if relative.startswith('configs/'):
+        relative = relative[len('configs/'):]
+    candidates = [osp.join(configs, relative),
+                  osp.join(configs, relative + '.py')]
+    model = find_model(name)
+    if model is not None:
+        candidates.insert(0, model['Config'])
+    for path in candidates:
+        if osp.isfile(path):
+            return osp.abspath(path)
+    stem = osp.splitext(osp.basename(relative))[0]
+    by_stem = {osp.splitext(osp.basename(p))[0]: p
+               for p in glob.glob(osp.join(configs, '*', '*.py'))
+               if osp.basename(osp.dirname(p)) != '_base_'}
+    if stem in by_stem:
+        return osp.abspath(by_stem[stem])
+    close = difflib.get_close_matches(stem, list(by_stem), n=3)
+    hint = f'; close: {", ".join(close)}' if close else ''
+    raise FileNotFoundError(f'no config named {name!r} in {configs}{hint}')
+
+
+def tool_path(relative: str) -> str:
+    """The file of ``tools/<relative>`` (checkout or the wheel's ``.mim``)."""
+    root = resources_root()
+    path = osp.join(root, 'tools', relative) if root else None
+    if path is None or not osp.isfile(path):
+        raise FileNotFoundError(
+            f'tools/{relative} is not part of this mmseg_whitebox install')
+    return path
 
 
 def register_model_index() -> bool:

@@ -180,11 +180,18 @@ def load_config(args: argparse.Namespace) -> Config:
 
 
 def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
-    """The config file ``path`` with ``--cfg-options`` merged in; a missing
-    file is a :class:`ToolError`. (:func:`load_config` adds what running
-    a Runner needs: work dir, launcher, checkpoint hook.)"""
+    """The config file ``path`` with ``--cfg-options`` merged in; ``path``
+    may also name one of this project's configs (a model name, see
+    :func:`mmseg_whitebox.apis.config_path`); neither is a
+    :class:`ToolError`. (:func:`load_config` adds what running a Runner
+    needs: work dir, launcher, checkpoint hook.)"""
     if not osp.isfile(path):
-        raise ToolError(f'config file {path!r} does not exist')
+        from mmseg_whitebox.apis.model_index import config_path
+        try:
+            path = config_path(path)
+        except FileNotFoundError as exc:
+            raise ToolError(f'config file {path!r} does not exist '
+                            f'({exc})') from None
     cfg = Config.fromfile(path)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)

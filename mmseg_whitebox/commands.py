@@ -16,6 +16,8 @@ import runpy
 import sys
 from typing import Callable, Dict, List, Optional
 
+from mmseg_whitebox.utils.model_index import tool_path
+
 #: command -> script under tools/ (console script: mmseg-whitebox-<command>)
 COMMANDS: Dict[str, str] = {
     'train': 'train.py',
@@ -38,7 +40,6 @@ COMMANDS: Dict[str, str] = {
 def run_command(command: str, argv: Optional[List[str]] = None) -> None:
     """Run the script of ``command`` with ``argv`` (default: this process's
     arguments) as its command line; its ``SystemExit`` propagates."""
-    from mmseg_whitebox.apis.model_index import tool_path
     script = tool_path(COMMANDS[command])
     args = sys.argv[1:] if argv is None else list(argv)
     saved = sys.argv

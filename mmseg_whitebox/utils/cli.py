@@ -19,6 +19,7 @@ from mmengine.config import Config, DictAction
 
 from .checkpoint_checks import CheckpointCheckHook
 from .distributed import setup_distributed
+from .model_index import config_path
 from .tool_error import BAD_INPUT, ToolError
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
@@ -186,7 +187,6 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     :class:`ToolError`. (:func:`load_config` adds what running a Runner
     needs: work dir, launcher, checkpoint hook.)"""
     if not osp.isfile(path):
-        from mmseg_whitebox.apis.model_index import config_path
         try:
             path = config_path(path)
         except FileNotFoundError as exc:

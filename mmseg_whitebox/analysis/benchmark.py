@@ -385,6 +385,23 @@ def cell(row: Dict, key: str, kind: str) -> str:
     return format(value, kind) if kind != '{}' else str(value)
 
 
+def results_table(rows: List[Dict], columns: Sequence[Tuple[str, str, str]],
+                  notes: Callable[[Dict], List[str]] = lambda row: []
+                  ) -> str:
+    """A markdown table of ``rows``: one column per ``(key, title, kind)``
+    (see :func:`cell`) and a note column (the row's status when it is not
+    ``'ok'``, then ``notes(row)``)."""
+    lines = ['| ' + ' | '.join(c[1] for c in columns) + ' | note |',
+             '|' + '---|' * (len(columns) + 1)]
+    for row in rows:
+        note = ([] if row['status'] == 'ok' else [row['status']]) + \
+            notes(row)
+        lines.append('| ' + ' | '.join(cell(row, k, f)
+                                       for k, _, f in columns) +
+                     f' | {" ".join(note)} |')
+    return '\n'.join(lines)
+
+
 def slopes(rows: List[Dict],
            keys: Sequence[str] = ('fwd_ms', 'train_ms', 'mem_fwd', 'flops')
            ) -> Dict[str, Dict[str, float]]:

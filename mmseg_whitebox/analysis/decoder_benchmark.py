@@ -26,8 +26,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import (BenchmarkOptions, autocast, cell, describe_row,
-                        find_config, over_limit, peak_memory, time_rows)
+from .benchmark import (BenchmarkOptions, autocast, describe_row,
+                        find_config, over_limit, peak_memory,
+                        results_table, time_rows)
 from .complexity import decode_head_complexity
 
 # head name -> config (relative to configs/, {enc} = t|s|b|l)
@@ -242,22 +243,20 @@ COLUMNS = [
 ]
 
 
+def straightforward_note(row: Dict) -> List[str]:
+    """The ``cbsa`` row's speed and output difference against the
+    straightforward listing."""
+    notes = []
+    if 'fwd_ms_vs_straightforward' in row:
+        notes.append(f'fwd {row["fwd_ms_vs_straightforward"]:.3f}x '
+                     'straightforward')
+    if 'max_abs_diff_vs_straightforward' in row:
+        notes.append('max |out - straightforward| = '
+                     f'{row["max_abs_diff_vs_straightforward"]:.1e}')
+    return notes
+
+
 def markdown_table(rows: List[Dict]) -> str:
-    lines = ['| ' + ' | '.join(c[1] for c in COLUMNS) + ' | note |',
-             '|' + '---|' * (len(COLUMNS) + 1)]
-    for row in rows:
-        note = '' if row['status'] == 'ok' else row['status']
-        if 'fwd_ms_vs_straightforward' in row:
-            note = (note + ' ' if note else '') + (
-                f'fwd {row["fwd_ms_vs_straightforward"]:.3f}x '
-                'straightforward')
-        if 'max_abs_diff_vs_straightforward' in row:
-            note = (note + ' ' if note else '') + (
-                'max |out - straightforward| = '
-                f'{row["max_abs_diff_vs_straightforward"]:.1e}')
-        lines.append('| ' + ' | '.join(cell(row, k, f)
-                                       for k, _, f in COLUMNS) +
-                     f' | {note} |')
-    return '\n'.join(lines)
+    return results_table(rows, COLUMNS, straightforward_note)
 
 

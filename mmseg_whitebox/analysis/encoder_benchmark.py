@@ -18,8 +18,9 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.robustness.metrics import quiet_logging
-from .benchmark import (BenchmarkOptions, autocast, cell, describe_row,
-                        find_config, over_limit, peak_memory, time_rows)
+from .benchmark import (BenchmarkOptions, autocast, describe_row,
+                        find_config, over_limit, peak_memory,
+                        results_table, time_rows)
 from .complexity import flop_analyzer
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
@@ -192,11 +193,4 @@ COLUMNS = [
 
 
 def markdown_table(rows: List[Dict]) -> str:
-    lines = ['| ' + ' | '.join(c[1] for c in COLUMNS) + ' | note |',
-             '|' + '---|' * (len(COLUMNS) + 1)]
-    for row in rows:
-        note = '' if row['status'] == 'ok' else row['status']
-        lines.append('| ' + ' | '.join(cell(row, k, f)
-                                       for k, _, f in COLUMNS) +
-                     f' | {note} |')
-    return '\n'.join(lines)
+    return results_table(rows, COLUMNS)

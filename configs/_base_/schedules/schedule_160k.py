@@ -28,15 +28,17 @@ optim_wrapper = dict(
             cls_emb=dict(decay_mult=0.0))))
 # PolynomialLR (segm/optim/scheduler.py:24-31), stepped every iteration
 # (segm/engine.py:52): lr = (lr0 - min_lr) (1 - t / T)^0.9 + min_lr with
-# min_lr 1e-5 and no warm-up (segm/train.py:145-147,183); mmengine's PolyLR
-# with eta_min is the same curve.
+# min_lr 1e-5 and no warm-up (segm/train.py:145-147,183). mmengine's PolyLR
+# with eta_min is the same curve when its end is T + 1: it reaches eta_min
+# at end - begin - 1 (mmengine/optim/scheduler/param_scheduler.py,
+# PolyParamScheduler.total_iters), the released schedule at T.
 param_scheduler = [
     dict(
         type='PolyLR',
         eta_min=1e-5,
         power=0.9,
         begin=0,
-        end=released_iters,
+        end=released_iters + 1,
         by_epoch=False)
 ]
 train_cfg = dict(

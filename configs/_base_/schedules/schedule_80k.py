@@ -11,7 +11,7 @@ param_scheduler = [
         eta_min=1e-5,
         power=0.9,
         begin=0,
-        end=released_iters,
+        end=released_iters + 1,
         by_epoch=False)
 ]
 train_cfg = dict(

@@ -35,7 +35,7 @@ from _helpers import DEMO_SEGMENTER, REPO, run_tool
 SYNTH_BASE = osp.join(REPO, 'configs', '_base_', 'datasets',
                       'synthetic_ade20k.py')
 PASCAL_BASE = osp.join(REPO, 'configs', '_base_', 'datasets',
-                       'pascal_context_59.py')
+                       'pascal_context.py')
 
 
 # ---------------------------------------------------------------- data

@@ -42,8 +42,11 @@ def project_backbone(config, img_size):
     init_default_scope('mmseg')
     cfg = Config.fromfile(osp.join(REPO, 'configs', 'segmenter',
                                    config + '.py'))
+    # timm's ViT LayerNorm eps (the released Segmenter, and so the
+    # configs, use PyTorch's 1e-5)
     backbone = dict(cfg.model.backbone, img_size=(img_size, img_size),
-                    patch_bias=True, drop_path_rate=0.0)
+                    patch_bias=True, drop_path_rate=0.0,
+                    norm_cfg=dict(type='LN', eps=1e-6))
     model = MODELS.build(backbone)
     model.eval()  # (mmseg's ViT.train returns None)
     return model
@@ -303,21 +306,23 @@ def test_white_box_converter_tools(tmp_path):
 
 
 def test_timm_converter_checks_against_an_mmseg_vit_config(tmp_path):
-    """mmseg's ViT configs leave out the patch-embedding bias that timm's
-    weights (and the converted file) have: --config says so and names the
-    setting; with it the file is written."""
+    """A ViT config without the patch-embedding bias that timm's weights
+    (and the converted file) have (mmseg's default): --config says so and
+    names the setting; with this project's config, which has it, the file
+    is written."""
     torch.save(timm_vit('vit_tiny_patch16_384', 64).state_dict(),
                tmp_path / 'vit.pth')
     config = osp.join(REPO, 'configs/segmenter/'
                       'segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py')
     convert = ['tools/model_converters/timm2mmseg.py', str(tmp_path /
                'vit.pth'), str(tmp_path / 'vit.mmseg'), '--config']
-    proc = run_tool(convert + [config], check=False)
+    (tmp_path / 'no_bias.py').write_text(
+        f'_base_ = {config!r}\n'
+        'model = dict(backbone=dict(patch_bias=False))\n')
+    proc = run_tool(convert + [str(tmp_path / 'no_bias.py')], check=False)
     assert proc.returncode == 2
     assert 'patch_embed.projection.bias' in proc.stderr
     assert 'model.backbone.patch_bias=True' in proc.stderr
     assert not (tmp_path / 'vit.mmseg').exists()
-    (tmp_path / 'with_bias.py').write_text(
-        f'_base_ = {config!r}\nmodel = dict(backbone=dict(patch_bias=True))\n')
-    run_tool(convert + [str(tmp_path / 'with_bias.py')])
+    run_tool(convert + [config])
     assert (tmp_path / 'vit.mmseg').exists()

@@ -1,7 +1,7 @@
 _base_ = [
     '../_base_/models/cbsa_vit-b16.py', '../_base_/datasets/ade20k.py',
     '../_base_/default_runtime.py',
-    '../_base_/schedules/schedule_160k_whitebox.py'
+    '../_base_/schedules/schedule_160k.py'
 ]
 crop_size = (512, 512)
 model = dict(data_preprocessor=dict(size=crop_size))

@@ -11,4 +11,7 @@ model = dict(
     decode_head=dict(
         in_channels=96,
         channels=96,
-        attn_cfg=dict(num_heads=3, head_dim=32, rep_grid=(5, 5))))
+        # the paper's stop-gradient (eq. 5), as the demo was measured
+        attn_cfg=dict(
+            num_heads=3, head_dim=32, rep_grid=(5, 5), rep_stop_grad=True),
+        loss_decode=_base_.demo_loss))

@@ -12,4 +12,5 @@ model = dict(
         in_channels=96,
         channels=96,
         attn_cfg=dict(head_dim=32),
-        cross_attn_cfg=dict(head_dim=16)))
+        cross_attn_cfg=dict(head_dim=16),
+        loss_decode=_base_.demo_loss))

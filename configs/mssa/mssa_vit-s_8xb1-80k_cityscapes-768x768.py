@@ -1,7 +1,7 @@
 _base_ = [
     '../_base_/models/mssa_vit-b16.py',
     '../_base_/datasets/cityscapes_768x768.py', '../_base_/default_runtime.py',
-    '../_base_/schedules/schedule_80k_whitebox.py'
+    '../_base_/schedules/schedule_80k_cityscapes.py'
 ]
 crop_size = (768, 768)
 checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segmenter/vit_small_p16_384_20220308-410f6037.pth'  # noqa
@@ -13,8 +13,6 @@ model = dict(
         in_channels=384,
         channels=384,
         num_classes=19),
-    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(512, 512)))
-optimizer = dict(lr=0.01)
-optim_wrapper = dict(optimizer=optimizer)
+    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(736, 736)))
 # batch 8 = 8 GPUs x 1
 train_dataloader = dict(batch_size=1)

@@ -1,5 +1,7 @@
-# Segmenter head on CRATE-S (_base_/models/white_box_encoders.py)
+# Segmenter head on CRATE-S (_base_/models/white_box_encoders.py);
+# decoder heads = width / 64, the released rule (segm/model/factory.py:91)
 _base_ = ['./segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py',
           '../_base_/models/white_box_encoders.py']
 model = dict(pretrained=None, backbone=dict(_base_.crate_s, _delete_=True),
-             decode_head=dict(in_channels=576, channels=576, embed_dims=576))
+             decode_head=dict(in_channels=576, channels=576, embed_dims=576,
+                              num_heads=9))

@@ -10,4 +10,7 @@ _base_ = [
 model = dict(
     _base_.vit_demo,
     decode_head=dict(
-        in_channels=96, channels=96, num_heads=3, embed_dims=96))
+        in_channels=96, channels=96, num_heads=3, embed_dims=96,
+        # mmseg's head defaults, not the released decoder's dropout
+        drop_path_rate=0.1, drop_rate=0.0, attn_drop_rate=0.0,
+        loss_decode=_base_.demo_loss))

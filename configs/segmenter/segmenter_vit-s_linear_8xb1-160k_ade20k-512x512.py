@@ -1,5 +1,5 @@
-# Segmenter's linear decoder: a 1x1 classifier on the patch tokens
-# (mmseg FCNHead without convolutions).
+# Segmenter's linear decoder: a 1x1 classifier on the patch tokens, no
+# dropout (segm/model/decoder.py:13-34; mmseg FCNHead without convolutions).
 _base_ = './segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py'
 model = dict(
     decode_head=dict(
@@ -11,5 +11,4 @@ model = dict(
         dropout_ratio=0.0,
         concat_input=False,
         num_classes=150,
-        loss_decode=dict(
-            type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)))
+        loss_decode=_base_.loss_decode))

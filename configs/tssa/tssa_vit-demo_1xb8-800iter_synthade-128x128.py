@@ -11,4 +11,5 @@ model = dict(
     decode_head=dict(
         in_channels=96,
         channels=96,
-        attn_cfg=dict(num_heads=3, head_dim=32)))
+        attn_cfg=dict(num_heads=3, head_dim=32),
+        loss_decode=_base_.demo_loss))

@@ -1,4 +1,7 @@
-# ADE20K (SceneParsing, 150 classes), 512x512 crops: the published pipeline.
+# ADE20K (SceneParsing, 150 classes), 512x512 crops: the released
+# pipeline (segm/data/config/ade20k.py:9-20,36-50, its Resize scale set to
+# (4 x 512, 512) by segm/data/base.py:54-62; images resized, flipped and
+# photometrically distorted by mmseg's transforms, labels 1..150 -> 0..149).
 # CheckedSegDataset builds mmseg's `dataset_type` and checks the split
 # (not empty, images and labels in pairs); CheckSegSample checks each
 # label (one channel, its image's size, values in range). See

@@ -1,4 +1,6 @@
-# Cityscapes (19 classes), 768x768 crops from 2048x1024 images.
+# Cityscapes (19 classes), 768x768 crops from 2048x1024 images: the
+# released pipeline (segm/data/config/cityscapes.py:9-20,36-50, Resize scale
+# (2 x 1024, 1024) set by segm/data/base.py:54-62 from segm/config.yml:129).
 # CheckedSegDataset builds mmseg's `dataset_type` and checks the split
 # (not empty, images and labels in pairs); CheckSegSample checks each
 # label (one channel, its image's size, values in range). See
@@ -12,7 +14,7 @@ train_pipeline = [
     dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
-        scale=(2049, 1025),
+        scale=(2048, 1024),
         ratio_range=(0.5, 2.0),
         keep_ratio=True),
     dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
@@ -22,7 +24,7 @@ train_pipeline = [
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(2049, 1025), keep_ratio=True),
+    dict(type='Resize', scale=(2048, 1024), keep_ratio=True),
     dict(type='LoadAnnotations'),
     dict(type='CheckSegSample'),
     dict(type='PackSegInputs')

@@ -23,5 +23,4 @@ model = dict(
         num_cross_layers=3,
         cross_attn_cfg=dict(type='CrossMSSA', head_dim=50),
         dropout_ratio=0.0,
-        loss_decode=dict(
-            type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)))
+        loss_decode=_base_.loss_decode))

@@ -12,5 +12,4 @@ model = dict(
         num_layers=3,
         attn_cfg=dict(type='TSSA', num_heads=6, head_dim=100),
         dropout_ratio=0.0,
-        loss_decode=dict(
-            type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)))
+        loss_decode=_base_.loss_decode))

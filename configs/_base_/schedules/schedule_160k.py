@@ -1,19 +1,48 @@
-# SGD with polynomial decay for 160k iterations: the ADE20K schedule of
-# Segmenter, DEPICT and CBT, with their optimizer (lr 0.001, no weight
-# decay; a config with another lr sets optimizer and optim_wrapper).
-optimizer = dict(type='SGD', lr=0.001, momentum=0.9, weight_decay=0.0)
-optim_wrapper = dict(type='OptimWrapper', optimizer=optimizer, clip_grad=None)
+# The ADE20K schedule of the released training code (rstrudel/segmenter,
+# forked unchanged by CBT and DEPICT): 64 epochs of ADE20K's 20,210 training
+# images at batch 8, i.e. 64 x ceil(20210 / 8) = 161,728 iterations
+# (segm/config.yml:107-110; segm/train.py:182 sets the schedule's length to
+# len(train_loader) * epochs), run here as mmseg's iteration loop. The
+# table with every released file and line is in configs/segmenter/README.md.
+released_iters = 64 * 2527
+# segm/train.py:36-38,141 asks timm 0.4.12 for the optimizer 'sgd', lr
+# 0.001, momentum 0.9, weight decay 0; timm's create_optimizer_v2
+# (timm/optim/optim_factory.py:115-117) builds torch.optim.SGD with
+# nesterov=True for that name.
+optimizer = dict(
+    type='SGD', lr=0.001, momentum=0.9, nesterov=True, weight_decay=0.0)
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=optimizer,
+    clip_grad=None,  # clip_grad=None (segm/train.py:142)
+    # timm's weight-decay filter (optim_factory.py:29-41,101-106): no decay
+    # on 1-D parameters (biases, norms), '.bias' and the model's
+    # no_weight_decay() names (pos_embed, cls_token, cls_emb). It is inert
+    # at weight decay 0 and applies as timm's if a config sets one.
+    paramwise_cfg=dict(
+        flat_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys=dict(
+            pos_embed=dict(decay_mult=0.0),
+            cls_token=dict(decay_mult=0.0),
+            cls_emb=dict(decay_mult=0.0))))
+# PolynomialLR (segm/optim/scheduler.py:24-31), stepped every iteration
+# (segm/engine.py:52): lr = (lr0 - min_lr) (1 - t / T)^0.9 + min_lr with
+# min_lr 1e-5 and no warm-up (segm/train.py:145-147,183). mmengine's PolyLR
+# with eta_min is the same curve when its end is T + 1: it reaches eta_min
+# at end - begin - 1 (mmengine/optim/scheduler/param_scheduler.py,
+# PolyParamScheduler.total_iters), the released schedule at T.
 param_scheduler = [
     dict(
         type='PolyLR',
-        eta_min=1e-4,
+        eta_min=1e-5,
         power=0.9,
         begin=0,
-        end=160000,
+        end=released_iters + 1,
         by_epoch=False)
 ]
 train_cfg = dict(
-    type='IterBasedTrainLoop', max_iters=160000, val_interval=16000)
+    type='IterBasedTrainLoop', max_iters=released_iters, val_interval=16000)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 default_hooks = dict(
@@ -21,7 +50,7 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
     # the last 3 interval checkpoints and the best by validation mIoU
-    # (best_mIoU_iter_*.pth); schedule_80k inherits both settings
+    # (best_mIoU_iter_*.pth); the other schedules inherit both settings
     checkpoint=dict(
         type='CheckpointHook', by_epoch=False, interval=16000,
         max_keep_ckpts=3, save_best='mIoU'),

@@ -1,7 +1,7 @@
 _base_ = [
-    '../_base_/models/mssa_vit-b16.py',
-    '../_base_/datasets/pascal_context_59.py', '../_base_/default_runtime.py',
-    '../_base_/schedules/schedule_80k_whitebox.py'
+    '../_base_/models/cbsa_vit-b16.py',
+    '../_base_/datasets/pascal_context.py', '../_base_/default_runtime.py',
+    '../_base_/schedules/schedule_80k.py'
 ]
 crop_size = (480, 480)
 checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segmenter/vit_small_p16_384_20220308-410f6037.pth'  # noqa
@@ -12,7 +12,8 @@ model = dict(
     decode_head=dict(
         in_channels=384,
         channels=384,
-        num_classes=59),
-    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(320, 320)))
+        attn_cfg=dict(num_heads=3),
+        num_classes=60),
+    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(448, 448)))
 # batch 16 = 8 GPUs x 2
 train_dataloader = dict(batch_size=2)

@@ -1,15 +1,19 @@
-# Pascal Context, 59 classes (background ignored), 480x480 crops.
+# Pascal Context, 60 classes (background is class 0, not ignored), 480x480
+# crops: the released pipeline (segm/data/pascal_context.py:19-21,
+# segm/data/config/pascal_context.py:2,11-22,38-52; image size 520 and the
+# Resize scale (8 x 520, 520) set by segm/data/base.py:54-62 from
+# segm/config.yml:120).
 # CheckedSegDataset builds mmseg's `dataset_type` and checks the split
 # (not empty, images and labels in pairs); CheckSegSample checks each
 # label (one channel, its image's size, values in range). See
 # mmseg_whitebox/datasets/checks.py and the README's troubleshooting.
-dataset_type = 'PascalContextDataset59'
+dataset_type = 'PascalContextDataset'
 data_root = 'data/VOCdevkit/VOC2010/'
-img_scale = (520, 520)
+img_scale = (4160, 520)
 crop_size = (480, 480)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='LoadAnnotations'),
     dict(type='CheckSegSample'),
     dict(
         type='RandomResize',
@@ -24,7 +28,7 @@ train_pipeline = [
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=img_scale, keep_ratio=True),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='LoadAnnotations'),
     dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]

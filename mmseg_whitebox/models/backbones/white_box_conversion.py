@@ -31,9 +31,10 @@ class-attention layers), the class-attention layers and their final norm,
 and the classifier.
 
 The published CBSA pools its representatives from ``w[:, :-1]`` (the last
-token dropped, although the CLS token is the first); this project pools
-the patch grid, so a converted CBT gives the published model's features up
-to that difference.
+token dropped, although the CLS token is the first); ``CBSA`` pools the
+patch grid by default (eq. 5), and the CBT encoder configs set
+``rep_pool='leading'``, the released pooling, so a converted CBT computes
+the published blocks.
 """
 from __future__ import annotations
 

@@ -228,7 +228,8 @@ def mask_decoder_forward(state, x, hw, n_cls=N_CLS):
     b, _, d = x.shape
     x = linear(x, state, 'decoder.proj_dec')
     x = torch.cat([x, state['decoder.cls_emb'].expand(b, -1, -1)], 1)
-    blocks = {k.split('.')[2] for k in state if k.startswith('decoder.blocks.')}
+    blocks = {k.split('.')[2] for k in state
+              if k.startswith('decoder.blocks.')}
     for i in range(len(blocks)):
         x = vit_block(x, state, f'decoder.blocks.{i}', heads=d // 64)
     x = layer_norm(x, state, 'decoder.decoder_norm')

@@ -26,10 +26,11 @@ class count) and every test-time setting of the released evaluation
 (``segm/eval/miou.py``: the dataset's test resize, the training crop as
 sliding window, its stride of the window less 32 pixels, the released
 normalisation, and the upsampling of images smaller than the window) is
-written to a config that inherits it (``--out-config``, default ``DST`` with ``.py``), and
-the converted weights are loaded into that model with ``strict=True``
-before anything is written. DST is a weights-only ``dict(state_dict=...,
-meta=...)`` for ``init_model(OUT_CONFIG, DST)`` or ``tools/test.py``.
+written to a config that inherits it (``--out-config``, default ``DST``
+with ``.py``), and the converted weights are loaded into that model with
+``strict=True`` before anything is written. DST is a weights-only
+``dict(state_dict=..., meta=...)`` for ``init_model(OUT_CONFIG, DST)`` or
+``tools/test.py``.
 
 CBT and gradients: the CBSA paper's eq. 5 stops the gradient through the
 pooled initial representatives, as this project's ``CBSA`` does by

@@ -55,7 +55,8 @@ def norm(name, width):
     return {f'{name}.weight': (width, ), f'{name}.bias': (width, )}
 
 
-def decoder_shapes(kind, d=D, n_cls=N_CLS, heads=HEADS, layers=3):
+def decoder_shapes(kind, d=D, n_cls=N_CLS, heads=HEADS, layers=3,
+                   mask_layers=2):
     masks = {'decoder.cls_emb': (1, n_cls, d),
              **norm('decoder.mask_norm', n_cls)}
     shapes = {}
@@ -65,7 +66,7 @@ def decoder_shapes(kind, d=D, n_cls=N_CLS, heads=HEADS, layers=3):
                   'decoder.proj_patch': (d, d),
                   'decoder.proj_classes': (d, d),
                   **norm('decoder.decoder_norm', d)}
-        for i in range(2):
+        for i in range(mask_layers):
             shapes.update(block_shapes(f'decoder.blocks.{i}', d))
     elif kind == 'linear':  # DecoderLinear
         shapes = {'decoder.head.weight': (n_cls, d),
@@ -100,8 +101,14 @@ def decoder_shapes(kind, d=D, n_cls=N_CLS, heads=HEADS, layers=3):
 
 
 def published_state(kind, seed=0, **sizes):
+    return random_state({**encoder_shapes(), **decoder_shapes(kind, **sizes)},
+                        seed)
+
+
+def random_state(shapes, seed=0):
+    """float64 values for ``shapes`` (key -> shape): LayerNorm weights
+    near 1, linear weights scaled by 1 / sqrt(fan-in)."""
     torch.manual_seed(seed)
-    shapes = {**encoder_shapes(), **decoder_shapes(kind, **sizes)}
     state = {}
     for key, shape in shapes.items():
         value = torch.randn(shape, dtype=torch.float64)
@@ -213,17 +220,26 @@ def segmenter_forward(state, image, n_cls=N_CLS):
     for i in range(ENC_LAYERS):
         x = vit_block(x, state, f'encoder.blocks.{i}', heads=2)
     x = layer_norm(x, state, 'encoder.norm')[:, 1:]
+    return mask_decoder_forward(state, x, (h, w), n_cls)
+
+
+def mask_decoder_forward(state, x, hw, n_cls=N_CLS):
+    """Segmenter's mask transformer (its blocks of d // 64 heads) on the
+    encoder's patch tokens ``(B, N, d)``: patch-level masks."""
+    b, _, d = x.shape
     x = linear(x, state, 'decoder.proj_dec')
     x = torch.cat([x, state['decoder.cls_emb'].expand(b, -1, -1)], 1)
-    for i in range(2):
-        x = vit_block(x, state, f'decoder.blocks.{i}', heads=D // 64)
+    blocks = {k.split('.')[2] for k in state
+              if k.startswith('decoder.blocks.')}
+    for i in range(len(blocks)):
+        x = vit_block(x, state, f'decoder.blocks.{i}', heads=d // 64)
     x = layer_norm(x, state, 'decoder.decoder_norm')
     patches = F.normalize(x[:, :-n_cls] @ state['decoder.proj_patch'], dim=-1)
     classes = F.normalize(x[:, -n_cls:] @ state['decoder.proj_classes'],
                           dim=-1)
     masks = layer_norm(patches @ classes.transpose(1, 2), state,
                        'decoder.mask_norm')
-    return masks.transpose(1, 2).reshape(b, n_cls, h, w)
+    return masks.transpose(1, 2).reshape(b, n_cls, *hw)
 
 
 def cbt_decoder_forward(state, tokens, hw, heads=HEADS, p=100, n_cls=N_CLS,

@@ -44,6 +44,7 @@ from . import export
 from .subspace import SubspaceAttention
 
 GridSize = Union[int, Tuple[int, int]]
+REP_POOLS = ('grid', 'leading')
 
 
 def _pair(value: GridSize) -> Tuple[int, int]:
@@ -103,11 +104,16 @@ class CBSA(SubspaceAttention):
                  out_proj: str = 'linear',
                  basis_init: str = 'trunc_normal',
                  init_std: float = 0.02,
-                 rep_stop_grad: bool = True) -> None:
+                 rep_stop_grad: bool = True,
+                 rep_pool: str = 'grid') -> None:
         super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
                          init_std)
+        if rep_pool not in REP_POOLS:
+            raise ValueError(f'rep_pool must be one of {REP_POOLS}, got '
+                             f'{rep_pool!r}')
         self.rep_grid = _pair(rep_grid)
         self.rep_stop_grad = rep_stop_grad
+        self.rep_pool = rep_pool
         if min(self.rep_grid) < 1:
             raise ValueError(f'rep_grid must be positive, got {rep_grid}')
         self.eta = nn.Parameter(torch.empty(num_heads, 1, 1))
@@ -129,6 +135,8 @@ class CBSA(SubspaceAttention):
         """``sg(avgpool(U^T Z_grid))``: ``(B, K, m, p)``."""
         if self.rep_stop_grad:
             z = z.detach()
+        if self.rep_pool == 'leading':
+            grid_start = 0
         return pool_grid(z, hw, grid_start, self.rep_grid)
 
     def check_grid(self, x: torch.Tensor, hw: Tuple[int, int],
@@ -191,4 +199,7 @@ class CBSA(SubspaceAttention):
         return F.scaled_dot_product_attention(q, q, q, scale=self.scale)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f', rep_grid={self.rep_grid}'
+        text = super().extra_repr() + f', rep_grid={self.rep_grid}'
+        if self.rep_pool != 'grid':
+            text += f', rep_pool={self.rep_pool!r}'
+        return text

@@ -37,6 +37,9 @@ class SubspaceAttention(nn.Module):
             paper's ``U_k in O(d, p)``; needs ``K*p <= d`` for exact
             orthogonality, otherwise rows are orthonormal).
         init_std: std for ``'trunc_normal'`` and for ``out_proj``.
+        proj_bias: add a bias to ``U^T z`` (``proj.bias``, initialised
+            to zero). The equations have none; ToST's released vision code
+            has one (see :class:`~.tssa.TSSA`).
     """
 
     def __init__(self,
@@ -45,7 +48,8 @@ class SubspaceAttention(nn.Module):
                  head_dim: int,
                  out_proj: str = 'linear',
                  basis_init: str = 'trunc_normal',
-                 init_std: float = 0.02) -> None:
+                 init_std: float = 0.02,
+                 proj_bias: bool = False) -> None:
         super().__init__()
         if out_proj not in OUT_PROJ_MODES:
             raise ValueError(f'out_proj must be one of {OUT_PROJ_MODES}, '
@@ -63,7 +67,7 @@ class SubspaceAttention(nn.Module):
         self.out_proj_mode = out_proj
         self.basis_init = basis_init
         self.init_std = init_std
-        self.proj = nn.Linear(dim, self.inner_dim, bias=False)
+        self.proj = nn.Linear(dim, self.inner_dim, bias=proj_bias)
         self.out_proj = (nn.Linear(self.inner_dim, dim)
                          if out_proj == 'linear' else None)
 
@@ -76,6 +80,8 @@ class SubspaceAttention(nn.Module):
             nn.init.normal_(weight, std=1.0 / math.sqrt(self.dim))
         else:
             nn.init.orthogonal_(weight)
+        if self.proj.bias is not None:
+            nn.init.zeros_(self.proj.bias)
         if self.out_proj is not None:
             nn.init.trunc_normal_(self.out_proj.weight, std=self.init_std)
             nn.init.zeros_(self.out_proj.bias)

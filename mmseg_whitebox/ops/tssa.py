@@ -10,7 +10,10 @@ learnable temperature per subspace) and ``D`` a diagonal matrix
 ``1 / (1 + E_pi[(U_k^T z)^2])`` of per-direction second moments: tokens are
 rescaled per channel, never compared pairwise, so cost is linear in ``N``.
 The projection back is the over-parameterised ``Linear`` of the published
-code (its ``to_out``).
+code (its ``to_out``). The released vision code (``tost_vision/tost.py``,
+``AttentionTSSA``, built with ``qkv_bias=True`` by every ``tost_cab_*``
+model) also adds a bias to ``U^T z``, which eq. (10) does not have:
+``proj_bias=True`` gives it (the ToST encoder configs set it).
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ class TSSA(SubspaceAttention):
         dim, num_heads, head_dim, out_proj, basis_init, init_std: see
             :class:`SubspaceAttention`.
         eps: added to the membership mass, as the published code (1e-8).
+        proj_bias: a bias on ``U^T z`` (the released ``qkv`` bias); off
+            by default, as eq. (10).
     """
 
     def __init__(self,
@@ -38,9 +43,10 @@ class TSSA(SubspaceAttention):
                  out_proj: str = 'linear',
                  basis_init: str = 'trunc_normal',
                  init_std: float = 0.02,
-                 eps: float = 1e-8) -> None:
+                 eps: float = 1e-8,
+                 proj_bias: bool = False) -> None:
         super().__init__(dim, num_heads, head_dim, out_proj, basis_init,
-                         init_std)
+                         init_std, proj_bias)
         self.eps = eps
         self.temp = nn.Parameter(torch.empty(num_heads, 1))
         self.reset_parameters()

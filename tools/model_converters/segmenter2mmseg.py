@@ -21,11 +21,16 @@ mmseg's ``SegmenterMaskTransformerHead``, the linear one to ``FCNHead``
 (``num_convs=0``), DEPICT to ``MSSAHead`` (``mode='sa'``/``'ca'``), CBT to
 ``CBSAHead``; the encoder always to mmseg's ``VisionTransformer``. What
 the checkpoint needs beyond the config (sizes, ``patch_bias=True``, the
-released LayerNorm eps 1e-5, the class count) is written to a config
-that inherits it (``--out-config``, default ``DST`` with ``.py``), and
-the converted weights are loaded into that model with ``strict=True``
-before anything is written. DST is a weights-only ``dict(state_dict=...,
-meta=...)`` for ``init_model(OUT_CONFIG, DST)`` or ``tools/test.py``.
+released LayerNorm eps 1e-5 and bilinear position-embedding resize, the
+class count) and every test-time setting of the released evaluation
+(``segm/eval/miou.py``: the dataset's test resize, the training crop as
+sliding window, its stride of the window less 32 pixels, the released
+normalisation, and the upsampling of images smaller than the window) is
+written to a config that inherits it (``--out-config``, default ``DST``
+with ``.py``), and the converted weights are loaded into that model with
+``strict=True`` before anything is written. DST is a weights-only
+``dict(state_dict=..., meta=...)`` for ``init_model(OUT_CONFIG, DST)`` or
+``tools/test.py``.
 
 CBT and gradients: the CBSA paper's eq. 5 stops the gradient through the
 pooled initial representatives, as this project's ``CBSA`` does by
@@ -42,7 +47,6 @@ written.
 import argparse
 import os
 import os.path as osp
-import pprint
 
 import torch
 from mmengine.config import Config
@@ -109,11 +113,8 @@ def main(argv=None) -> None:
         config = args.config or sc.pick_config(model, CONFIGS)
         if not osp.isfile(config):
             raise ValueError(f'config {config!r} does not exist')
-        cfg = Config.fromfile(config)
-        overrides = sc.differences(
-            dict(model=sc.model_settings(model, args.released_gradients)),
-            dict(model=cfg.model.to_dict()))
-        cfg.merge_from_dict(overrides)
+        cfg, overrides, config_text = sc.converted_config(
+            model, config, args.released_gradients)
         sc.load_strictly(cfg.model.to_dict(), converted)
     except ValueError as exc:
         raise ToolError(str(exc)) from exc
@@ -127,11 +128,8 @@ def main(argv=None) -> None:
         os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     with open(out_config, 'w', encoding='utf-8') as f:
         f.write(f'# {model.kind} checkpoint {osp.basename(args.src)}, '
-                'converted by tools/model_converters/segmenter2mmseg.py\n'
-                f'_base_ = {osp.abspath(config)!r}\n')
-        settings = sc.nested(overrides).get('model')
-        if settings:
-            f.write(f'model = {pprint.pformat(settings, sort_dicts=False)}\n')
+                'converted by tools/model_converters/segmenter2mmseg.py\n' +
+                config_text)
     torch.save(dict(state_dict=converted, meta=meta), args.dst)
     print(f'{model.kind} checkpoint -> {args.dst} ({len(converted)} tensors, '
           'loaded strictly)' +

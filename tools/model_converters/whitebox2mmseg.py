@@ -5,12 +5,15 @@ this project's WhiteBoxViT.
         [--config CONFIG]
 
 SRC: a state dict of the CBSA repository's ``CBSA_image_classification``
-models (CBT and its CRATE/ToST variants; convolutional stem) or of the
-CRATE repository's models (normalised linear patch embedding), read
-weights-only; ``--layout`` (default: detected) names which. DST: a
-weights-only checkpoint for ``init_cfg=dict(type='Pretrained',
-checkpoint=DST)`` of a WhiteBoxViT with the matching ``stem_cfg``
-(``ConvPatchStem`` / ``NormedPatchEmbed``), operators and sizes. The
+models (CBT and its CRATE/ToST variants; convolutional stem), of the
+CRATE repository's models (normalised linear patch embedding) or of the
+ToST repository's ``tost_cab_*`` models (their self-attention blocks and
+stem, layer scales folded in; the Fourier positions, CLS token and
+class-attention layers are not converted), read weights-only;
+``--layout`` (default: detected) names which. DST: a weights-only
+checkpoint for ``init_cfg=dict(type='Pretrained', checkpoint=DST)`` of a
+WhiteBoxViT with the matching ``stem_cfg`` (``ConvPatchStem`` /
+``NormedPatchEmbed``), operators and sizes. The
 classifier is dropped; a key that cannot be mapped stops the conversion,
 with the list of such keys, and nothing is written; so does, with
 ``--config``, a result that does not fit that config's backbone exactly
@@ -37,7 +40,8 @@ def main(argv=None) -> None:
     p.add_argument('--layout', choices=['auto'] + list(LAYOUTS),
                    default='auto',
                    help='cbsa: the CBSA repository (CBT, convolutional '
-                   'stem); crate: the CRATE repository; auto: detected')
+                   'stem); crate: the CRATE repository; tost: the ToST '
+                   'repository; auto: detected')
     p.add_argument('--config', help='the config that will load DST: '
                    'check that the weights fit its backbone before writing')
     args = p.parse_args(argv)

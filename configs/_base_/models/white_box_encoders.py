@@ -39,30 +39,45 @@ whitebox_vit = dict(
     with_cls_token=True,
     interpolate_mode='bicubic')
 ista = dict(type='ISTA')
+# CRATE and CBT normalise with PyTorch's LayerNorm default, eps 1e-5
+# (CRATE model/crate.py PreNorm and mlp_head; CBSA repository
+# CBSA_image_classification/models.py PreNorm); ToST with eps 1e-6 (ToST
+# tost_vision/tost.py, norm_layer of every tost_cab_* model)
+eps_1e5_vit = dict(whitebox_vit,
+                   norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True))
 crate_mssa = dict(type='MSSA', out_proj='linear', basis_init='trunc_normal',
                   step_size=False)
-cbt_cbsa = dict(type='CBSA', rep_grid=(16, 16), out_proj='linear')
+# rep_pool='leading': the released CBSA pools w[:, :-1], the first H x W
+# tokens with the CLS token first (CBSA repository
+# CBSA_image_classification/attn_layers.py, CBSA.forward); eq. 5 and the
+# operator's default pool the patch grid
+cbt_cbsa = dict(type='CBSA', rep_grid=(16, 16), out_proj='linear',
+                rep_pool='leading')
+# proj_bias=True: the released TSSA has a bias on U^T z (ToST
+# tost_vision/tost.py, AttentionTSSA qkv built with qkv_bias=True by every
+# tost_cab_* model); eq. (10) has none
+tost_tssa = dict(type='TSSA', proj_bias=True)
 mlp = dict(type='MLP', mlp_ratio=4)
 cbt_stem = dict(type='ConvPatchStem', norm_cfg=dict(type='BN'))
 crate_stem = dict(type='NormedPatchEmbed', norm_cfg=dict(type='LN'))
 
-crate_t = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
+crate_t = dict(eps_1e5_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=6, head_dim=64))
-crate_s = dict(whitebox_vit, embed_dims=576, num_layers=12, ffn_cfg=ista,
+crate_s = dict(eps_1e5_vit, embed_dims=576, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=12, head_dim=48))
-crate_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
+crate_b = dict(eps_1e5_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=12, head_dim=64))
 tost_t = dict(whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
-              attn_cfg=dict(type='TSSA', num_heads=4, head_dim=48))
+              attn_cfg=dict(tost_tssa, num_heads=4, head_dim=48))
 tost_s = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=mlp,
-              attn_cfg=dict(type='TSSA', num_heads=8, head_dim=48))
+              attn_cfg=dict(tost_tssa, num_heads=8, head_dim=48))
 tost_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=mlp,
-              attn_cfg=dict(type='TSSA', num_heads=12, head_dim=64))
-cbt_t = dict(whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=ista,
+              attn_cfg=dict(tost_tssa, num_heads=12, head_dim=64))
+cbt_t = dict(eps_1e5_vit, embed_dims=192, num_layers=12, ffn_cfg=ista,
              attn_cfg=dict(cbt_cbsa, num_heads=3, head_dim=64))
-cbt_s = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
+cbt_s = dict(eps_1e5_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,
              attn_cfg=dict(cbt_cbsa, num_heads=6, head_dim=64))
-cbt_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
+cbt_b = dict(eps_1e5_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
              attn_cfg=dict(cbt_cbsa, num_heads=12, head_dim=64))
 crate_cbt_t = dict(
     cbt_t,

@@ -1,6 +1,6 @@
 """Published white-box classification checkpoints -> ``WhiteBoxViT`` keys.
 
-Two published layouts, both a pre-norm ``transformer.layers.<i>.0`` (the
+Two published layouts share a pre-norm ``transformer.layers.<i>.0`` (the
 attention step, ``PreNorm(attn)``) and ``.1`` (``PreNorm(ISTA)``), a
 ``pos_embedding``, a ``cls_token`` and a classifier ``mlp_head`` (a
 LayerNorm on the CLS token, which becomes the final norm, then the dropped
@@ -16,10 +16,25 @@ linear classifier):
   ``to_patch_embedding.<1,2,3>`` (LayerNorm, Linear, LayerNorm), ``fn.qkv``
   and ``fn.to_out.0``; configs set ``stem_cfg=dict(type='NormedPatchEmbed')``.
 
+A third layout is ToST's own (``RobinWu218/ToST``,
+``tost_vision/tost.py``, the ``tost_cab_*`` models): timm-like
+``blocks.<i>.{norm1,attn,norm2,mlp}`` with a bias on ``attn.qkv`` (configs
+set ``attn_cfg=dict(proj_bias=True)``), ``attn.temp``, ``attn.to_out.0``,
+layer scales ``gamma1``/``gamma2``, and the convolutional stem as
+``patch_embed.proj``. The layer scales multiply the outputs of
+``attn.to_out.0`` and ``mlp.fc2``, so they are folded into those weights
+and biases: the converted blocks compute the released blocks. The parts
+outside the blocks that this project does not reproduce are dropped on
+purpose, and are to be trained anew: the Fourier position encoding
+(``pos_embeder``), the CLS token (ToST appends it only for its
+class-attention layers), the class-attention layers and their final norm,
+and the classifier.
+
 The published CBSA pools its representatives from ``w[:, :-1]`` (the last
-token dropped, although the CLS token is the first); this project pools
-the patch grid, so a converted CBT gives the published model's features up
-to that difference.
+token dropped, although the CLS token is the first); ``CBSA`` pools the
+patch grid by default (eq. 5), and the CBT encoder configs set
+``rep_pool='leading'``, the released pooling, so a converted CBT computes
+the published blocks.
 """
 from __future__ import annotations
 
@@ -56,31 +71,81 @@ CRATE_REPOSITORY: Rules = SHARED + [
     (r'to_patch_embedding\.3\.(weight|bias)', r'patch_embed.norm.\1'),
     (ATTN + r'fn\.to_out\.0\.(weight|bias)', r'layers.\1.attn.out_proj.\2'),
 ]
-LAYOUTS = {'cbsa': CBSA_REPOSITORY, 'crate': CRATE_REPOSITORY}
+BLOCK = r'blocks\.(\d+)\.'
+TOST_REPOSITORY: Rules = [
+    (r'patch_embed\.proj\.([0246])\.0\.weight',
+     lambda m: f'patch_embed.layers.{int(m[1]) // 2}.conv.weight'),
+    (r'patch_embed\.proj\.([0246])\.1\.' + NORM_PARAMS,
+     lambda m: f'patch_embed.layers.{int(m[1]) // 2}.bn.{m[2]}'),
+    (BLOCK + r'norm1\.(weight|bias)', r'layers.\1.norm.\2'),
+    (BLOCK + r'attn\.qkv\.(weight|bias)', r'layers.\1.attn.proj.\2'),
+    (BLOCK + r'attn\.temp', r'layers.\1.attn.temp'),
+    (BLOCK + r'attn\.to_out\.0\.(weight|bias)',
+     r'layers.\1.attn.out_proj.\2'),
+    (BLOCK + r'norm2\.(weight|bias)', r'layers.\1.norm2.\2'),
+    (BLOCK + r'mlp\.fc1\.(weight|bias)', r'layers.\1.ffn.layers.0.0.\2'),
+    (BLOCK + r'mlp\.fc2\.(weight|bias)', r'layers.\1.ffn.layers.1.\2'),
+    (BLOCK + r'(gamma[12])', r'\1.\2'),  # folded by fold_layer_scales
+]
+#: layer scale -> the linear layer whose output it multiplies
+LAYER_SCALES = {'gamma1': 'layers.{}.attn.out_proj',
+                'gamma2': 'layers.{}.ffn.layers.1'}
+LAYOUTS = {'cbsa': CBSA_REPOSITORY, 'crate': CRATE_REPOSITORY,
+           'tost': TOST_REPOSITORY}
 CLASSIFIER = re.compile(r'^mlp_head\.1\.')
+#: ToST's parts outside its self-attention blocks (see the module doc)
+TOST_NOT_REPRODUCED = re.compile(
+    r'^(head\.|norm\.|cls_token$|pos_embeder\.|cls_attn_blocks\.)')
+DROPPED = {'cbsa': CLASSIFIER, 'crate': CLASSIFIER,
+           'tost': TOST_NOT_REPRODUCED}
+
+
+def fold_layer_scales(state: StateDict) -> StateDict:
+    """Fold ToST's ``gamma * linear(x)`` layer scales (``<i>.gamma1``,
+    ``<i>.gamma2`` keys, as the rules leave them) into the linear layers'
+    weights and biases: ``diag(gamma) W`` and ``gamma * b``."""
+    folded = type(state)()
+    scales = {}
+    for key, value in state.items():
+        match = re.fullmatch(r'(\d+)\.(gamma[12])', key)
+        if match:
+            scales[LAYER_SCALES[match[2]].format(match[1])] = value
+        else:
+            folded[key] = value
+    for linear, gamma in scales.items():
+        folded[linear + '.weight'] = gamma[:, None] * folded[linear +
+                                                             '.weight']
+        folded[linear + '.bias'] = gamma * folded[linear + '.bias']
+    return folded
 
 
 def detect_layout(state_dict: StateDict) -> str:
-    """``'cbsa'`` (convolutional stem) or ``'crate'`` (normalised linear
-    patch embedding), from the patch-embedding keys."""
+    """``'cbsa'`` (convolutional stem), ``'crate'`` (normalised linear
+    patch embedding) or ``'tost'`` (ToST's ``blocks.<i>.attn.temp``)."""
     keys = list(state_dict)
+    if any(re.match(r'blocks\.\d+\.attn\.temp$', k) for k in keys):
+        return 'tost'
     if any(k.startswith('to_patch_embedding.proj.') for k in keys):
         return 'cbsa'
     if any(k.startswith('to_patch_embedding.2.') for k in keys):
         return 'crate'
-    raise ValueError('not a published CBT/CRATE classification state dict: '
-                     'no to_patch_embedding.proj.* (CBSA repository) or '
-                     'to_patch_embedding.2.* (CRATE repository) keys')
+    raise ValueError('not a published CBT/CRATE/ToST classification state '
+                     'dict: no to_patch_embedding.proj.* (CBSA repository), '
+                     'to_patch_embedding.2.* (CRATE repository) or '
+                     'blocks.<i>.attn.temp (ToST repository) keys')
 
 
 def white_box_to_mmseg(state_dict: StateDict,
                        layout: str = 'auto') -> Conversion:
     """A published CBT / CRATE / ToST classification state dict on
     ``WhiteBoxViT`` keys (see :func:`~.vit_conversion.map_keys` for what is
-    returned). ``layout``: ``'cbsa'``, ``'crate'`` or ``'auto'``."""
+    returned; ToST's layer scales folded in). ``layout``: ``'cbsa'``,
+    ``'crate'``, ``'tost'`` or ``'auto'``."""
     if layout == 'auto':
         layout = detect_layout(state_dict)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be 'auto' or one of {list(LAYOUTS)}, "
                          f'got {layout!r}')
-    return map_keys(state_dict, LAYOUTS[layout], CLASSIFIER)
+    converted, dropped, unmapped = map_keys(state_dict, LAYOUTS[layout],
+                                            DROPPED[layout])
+    return fold_layer_scales(converted), dropped, unmapped

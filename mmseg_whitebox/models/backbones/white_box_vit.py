@@ -10,8 +10,9 @@ position embedding (interpolated to any input size), ``out_indices``,
 ``attn_cfg`` / ``ffn_cfg``, with the same operators the decode heads use.
 Every layer is told the token grid ``hw`` and where it starts
 (``grid_start``: 1 with a CLS token, else 0), so CBSA pools its
-representatives from the patch grid only (the published classification
-code pools ``w[:, :-1]`` although its CLS token is first).
+representatives from the patch grid only, unless its ``rep_pool='leading'``
+asks for the published classification code's pooling (``w[:, :-1]``,
+although its CLS token is first), as the CBT encoder configs do.
 """
 from __future__ import annotations
 

@@ -117,8 +117,32 @@ FAMILIES = {
 }
 SIZES = {192: 't', 384: 's', 768: 'b', 1024: 'l'}
 DATASETS = {150: 'ade20k', 19: 'cityscapes', 59: 'pascal-context-59'}
-IMAGENET_MEAN = [123.675, 116.28, 103.53]
-IMAGENET_STD = [58.395, 57.12, 57.375]
+# The released evaluation, segm/eval/miou.py (main): images resized by the
+# dataset's test pipeline, short side ``im_size`` (segm/config.yml,
+# dataset.<name>.im_size: ADE20K 512, Pascal Context 520, Cityscapes 1024)
+# and long side at most ``max_ratio`` times it (segm/data/base.py
+# update_default_config: img_scale = (max_ratio * im_size, im_size), with
+# max_ratio from segm/data/config/{ade20k,pascal_context,cityscapes}.py: 4,
+# 8, 2), whatever the window; the window is the training crop (the
+# variant's crop_size, which segm/train.py also writes as net_kwargs
+# image_size) and the stride the window less 32 pixels.
+RELEASED_TEST_RESIZE = {'ade20k': (512, 4), 'pascal_context': (520, 8),
+                        'cityscapes': (1024, 2)}
+#: the released dataset a class count names (the released Pascal Context
+#: has 60 classes, background included), else the config's dataset
+RELEASED_DATASETS = {150: 'ade20k', 60: 'pascal_context',
+                     59: 'pascal_context', 19: 'cityscapes'}
+CONFIG_DATASETS = {'ADE20KDataset': 'ade20k',
+                   'PascalContextDataset': 'pascal_context',
+                   'PascalContextDataset59': 'pascal_context',
+                   'CityscapesDataset': 'cityscapes'}
+WINDOW_OVERLAP = 32
+# segm/data/utils.py STATS, scaled and rounded to 2 decimals as
+# segm/data/base.py does (BaseMMSeg.__init__): np.round(255 * v, 2)
+RELEASED_NORMALIZATION = {
+    'vit': ([127.5] * 3, [127.5] * 3),
+    'deit': ([123.68, 116.28, 103.53], [58.4, 57.12, 57.38]),
+}
 
 
 def detect_decoder(state_dict: StateDict) -> str:
@@ -211,6 +235,7 @@ class PublishedModel:
     dec_layers: int = 0
     dec_heads: int = 0
     cross_layers: int = 0
+    normalization: str = 'vit'
     notes: List[str] = field(default_factory=list)
 
 
@@ -324,24 +349,48 @@ def _check_variant(model: PublishedModel, net: Dict[str, Any],
     if wrong:
         raise ValueError('the checkpoint and its variant.yml disagree, or '
                          'the model cannot be converted: ' + '; '.join(wrong))
-    if net.get('normalization') == 'deit':
+    normalization = net.get('normalization', 'vit')
+    if normalization not in RELEASED_NORMALIZATION:
+        raise ValueError(f'normalization {normalization!r} in variant.yml '
+                         'is not one the released code defines (vit, '
+                         'deit)')
+    model.normalization = normalization
+    if model.n_cls not in DATASETS:
+        model.notes.append(
+            f'no dataset config for {model.n_cls} classes (the released '
+            'Pascal Context has 60, background included; configs/ has '
+            'the 59-class one): the config keeps its dataset and metric' +
+            ('; the test-time resize is the released one for that dataset'
+             if model.n_cls in RELEASED_DATASETS else ''))
+    if normalization == 'deit':
         model.notes.append('DeiT normalisation: ImageNet mean/std')
 
 
 def model_settings(model: PublishedModel,
                    released_gradients: bool = False) -> Dict[str, Any]:
     """The ``model`` config (nested dict) the checkpoint needs: the
-    released encoder's sizes, its patch-embedding bias and its LayerNorm
+    released encoder's sizes, its patch-embedding bias, its LayerNorm
     eps (PyTorch's default, 1e-5; mmseg's Segmenter configs use timm's
-    1e-6), and the decoder's sizes. ``released_gradients``: CBT heads
-    without the stop-gradient on the pooled representatives, as the
-    released code trains."""
+    1e-6) and its position-embedding resize (bilinear,
+    segm/model/utils.py resize_pos_embed; mmseg's configs: bicubic), the
+    decoder's sizes, and the released evaluation's window, stride,
+    normalisation and upsampling of small images (see
+    :data:`RELEASED_TEST_RESIZE` and :class:`~mmseg_whitebox.models.
+    data_preprocessors.ShortSideDataPreProcessor`). ``released_gradients``:
+    CBT heads without the stop-gradient on the pooled representatives, as
+    the released code trains."""
     d = model.d_model
+    window = tuple(int(s) for s in model.image_size)
+    mean, std = RELEASED_NORMALIZATION[model.normalization]
     settings: Dict[str, Any] = dict(
         backbone=dict(embed_dims=d, num_layers=model.n_layers,
                       num_heads=model.n_heads, patch_size=model.patch_size,
-                      img_size=tuple(model.image_size), patch_bias=True,
-                      norm_cfg=dict(eps=1e-5)))
+                      img_size=window, patch_bias=True,
+                      norm_cfg=dict(eps=1e-5), interpolate_mode='bilinear'),
+        data_preprocessor=dict(type='ShortSideDataPreProcessor', mean=mean,
+                               std=std, test_short_side=min(window)),
+        test_cfg=dict(mode='slide', crop_size=window,
+                      stride=tuple(s - WINDOW_OVERLAP for s in window)))
     head: Dict[str, Any] = dict(in_channels=d, channels=d,
                                 num_classes=model.n_cls)
     if model.kind == 'mask':
@@ -364,10 +413,60 @@ def model_settings(model: PublishedModel,
         if released_gradients:
             head['attn_cfg']['rep_stop_grad'] = False
     settings['decode_head'] = head
-    if any('DeiT' in note for note in model.notes):
-        settings['data_preprocessor'] = dict(mean=IMAGENET_MEAN,
-                                             std=IMAGENET_STD)
     return settings
+
+
+def converted_config(model: PublishedModel, config: str,
+                     released_gradients: bool = False
+                     ) -> Tuple[Any, Dict[str, Any], str]:
+    """What the converted checkpoint of ``model`` needs on top of the
+    ``config`` file: the merged mmengine ``Config``, the model overrides
+    (dotted keys, :func:`model_settings` less what ``config`` has), and
+    the text of a config file that inherits ``config`` and sets them and
+    the released test resize (:func:`released_test_pipeline`)."""
+    import pprint
+
+    from mmengine.config import Config
+    cfg = Config.fromfile(config)
+    overrides = differences(
+        dict(model=model_settings(model, released_gradients)),
+        dict(model=cfg.model.to_dict()))
+    cfg.merge_from_dict(overrides)
+    text = f'_base_ = {osp.abspath(config)!r}\n'
+    settings = nested(overrides).get('model')
+    if settings:
+        text += f'model = {pprint.pformat(settings, sort_dicts=False)}\n'
+    dataset = cfg.test_dataloader.dataset
+    pipeline = dataset.pipeline
+    test_pipeline = released_test_pipeline(
+        pipeline, RELEASED_DATASETS.get(model.n_cls) or CONFIG_DATASETS.get(
+            dataset.get('dataset_type', dataset.type)))
+    if test_pipeline != pipeline:
+        cfg.merge_from_dict({'test_dataloader.dataset.pipeline':
+                             test_pipeline,
+                             'val_dataloader.dataset.pipeline':
+                             test_pipeline})
+        text += ('# the released evaluation resize (segm/eval/miou.py, '
+                 'segm/data/base.py)\n'
+                 f'test_pipeline = {pprint.pformat(test_pipeline)}\n'
+                 'val_dataloader = dict(dataset=dict(pipeline=test_pipeline))'
+                 '\ntest_dataloader = dict(dataset=dict('
+                 'pipeline=test_pipeline))\n')
+    return cfg, overrides, text
+
+
+def released_test_pipeline(pipeline: List[Dict[str, Any]],
+                           dataset: Optional[str]) -> List[Dict[str, Any]]:
+    """``pipeline`` (a config's test pipeline) with its ``Resize`` set to
+    the released evaluation's for ``dataset`` (a key of
+    :data:`RELEASED_TEST_RESIZE`; ``None`` or another: the pipeline as it
+    is)."""
+    if dataset not in RELEASED_TEST_RESIZE:
+        return pipeline
+    short, ratio = RELEASED_TEST_RESIZE[dataset]
+    return [dict(step, scale=(ratio * short, short), keep_ratio=True)
+            if step.get('type') == 'Resize' else dict(step)
+            for step in pipeline]
 
 
 def pick_config(model: PublishedModel, configs_root: str) -> str:

@@ -116,7 +116,7 @@ FAMILIES = {
     'cbt': ('cbsa', 'cbsa_vit-{size}_'),
 }
 SIZES = {192: 't', 384: 's', 768: 'b', 1024: 'l'}
-DATASETS = {150: 'ade20k', 19: 'cityscapes', 59: 'pascal-context-59'}
+DATASETS = {150: 'ade20k', 19: 'cityscapes', 60: 'pascal-context'}
 # The released evaluation, segm/eval/miou.py (main): images resized by the
 # dataset's test pipeline, short side ``im_size`` (segm/config.yml,
 # dataset.<name>.im_size: ADE20K 512, Pascal Context 520, Cityscapes 1024)
@@ -357,9 +357,9 @@ def _check_variant(model: PublishedModel, net: Dict[str, Any],
     model.normalization = normalization
     if model.n_cls not in DATASETS:
         model.notes.append(
-            f'no dataset config for {model.n_cls} classes (the released '
-            'Pascal Context has 60, background included; configs/ has '
-            'the 59-class one): the config keeps its dataset and metric' +
+            f'no dataset config for {model.n_cls} classes (configs/ has '
+            'ADE20K 150, Cityscapes 19 and the released Pascal Context 60, '
+            'background included): the config keeps its dataset and metric' +
             ('; the test-time resize is the released one for that dataset'
              if model.n_cls in RELEASED_DATASETS else ''))
     if normalization == 'deit':

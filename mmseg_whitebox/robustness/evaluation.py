@@ -103,6 +103,8 @@ def build_test_runner(config: str,
     args = argparse.Namespace(config=config, cfg_options=cfg_options,
                               work_dir=work_dir, launcher=launcher)
     cfg = load_config(args)
+    from mmseg_whitebox.utils.run_checks import check_work_dir
+    check_work_dir(cfg.work_dir)
     cfg.load_from = checkpoint
     drop_training(cfg)
     check_data_roots(cfg, ('test_dataloader', ))

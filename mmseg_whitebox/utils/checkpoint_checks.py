@@ -66,8 +66,15 @@ def check_checkpoint_file(filename: str) -> None:
             'earlier iter_*.pth in the work dir) or download it again')
     with open(filename, 'rb') as f:
         head = f.read(64)
-    if head.startswith(_ZIP_MAGIC) and zipfile.is_zipfile(filename):
-        return
+    if head.startswith(_ZIP_MAGIC):
+        if zipfile.is_zipfile(filename):
+            return
+        # torch's zip format with its end cut off (its header is ASCII)
+        raise CheckpointFileError(
+            f'checkpoint {filename!r} is truncated ({size} bytes; a torch '
+            'zip file without its end): the save, download or copy was '
+            'interrupted. Use another checkpoint (e.g. an earlier '
+            'iter_*.pth in the work dir) or copy/download it again')
     if head.startswith(_PICKLE_PROTO):
         return  # the legacy (non-zip) torch format
     text = head.decode('utf-8', errors='replace')

@@ -40,15 +40,15 @@ strict load stops the conversion with the list of keys, and nothing is
 written.
 """
 import argparse
-import os
 import os.path as osp
 import pprint
 
-import torch
 from mmengine.config import Config
 
 import mmseg_whitebox  # noqa: F401  (compat first, registers the heads)
 from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+from mmseg_whitebox.utils.atomic import (check_not_input, save_torch,
+                                         write_text)
 from mmseg_whitebox.utils.cli import ToolError, run_tool
 from mmseg_whitebox.utils.state_dicts import read_state_dict
 
@@ -91,6 +91,9 @@ def main(argv=None) -> None:
                                        'variant.yml')
     out_config = args.out_config or osp.splitext(args.dst)[0] + '.py'
     try:
+        check_not_input(args.dst, [args.src, variant, args.config], 'DST')
+        check_not_input(out_config, [args.src, variant, args.config,
+                                     args.dst], '--out-config')
         state = read_state_dict(args.src)
         net = (sc.read_variant(variant)
                if args.variant or osp.isfile(variant) else None)
@@ -123,16 +126,14 @@ def main(argv=None) -> None:
                 dataset_meta=dataset_meta(cfg, model.n_cls))
     if not meta['dataset_meta']:
         del meta['dataset_meta']
-    for path in (args.dst, out_config):
-        os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    with open(out_config, 'w', encoding='utf-8') as f:
-        f.write(f'# {model.kind} checkpoint {osp.basename(args.src)}, '
-                'converted by tools/model_converters/segmenter2mmseg.py\n'
-                f'_base_ = {osp.abspath(config)!r}\n')
-        settings = sc.nested(overrides).get('model')
-        if settings:
-            f.write(f'model = {pprint.pformat(settings, sort_dicts=False)}\n')
-    torch.save(dict(state_dict=converted, meta=meta), args.dst)
+    text = (f'# {model.kind} checkpoint {osp.basename(args.src)}, '
+            'converted by tools/model_converters/segmenter2mmseg.py\n'
+            f'_base_ = {osp.abspath(config)!r}\n')
+    settings = sc.nested(overrides).get('model')
+    if settings:
+        text += f'model = {pprint.pformat(settings, sort_dicts=False)}\n'
+    save_torch(dict(state_dict=converted, meta=meta), args.dst)
+    write_text(out_config, text)
     print(f'{model.kind} checkpoint -> {args.dst} ({len(converted)} tensors, '
           'loaded strictly)' +
           (f'; dropped the classifier ({", ".join(dropped)})'

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
-import json
 import os
 import os.path as osp
 import platform
@@ -36,6 +35,7 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.ops import fast_path
 from mmseg_whitebox.ops.reference import straightforward_cbsa
+from mmseg_whitebox.utils.atomic import save_figure, write_json, write_text
 from .benchmark import (available_memory, extrapolate_loglog, loglog_slope,
                         median, peak_memory, time_interleaved)
 from .complexity import decode_head_complexity
@@ -496,7 +496,7 @@ def plot(rows: List[Dict], fits: Dict, out_file: str, title: str,
         ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out_file, dpi=120)
+    save_figure(fig, out_file, dpi=120)
     plt.close(fig)
     return out_file
 
@@ -527,10 +527,8 @@ def write_report(out_dir: str, report: Dict, table: str, title: str,
     ``benchmark.png`` (:func:`plot` of ``report['results']`` with
     ``report['slopes']``; ``plot_keys`` choose its curves) in
     ``out_dir``; prints the table and the files written."""
-    with open(osp.join(out_dir, 'benchmark.json'), 'w') as f:
-        json.dump(report, f, indent=1)
-    with open(osp.join(out_dir, 'benchmark.md'), 'w') as f:
-        f.write(table + '\n')
+    write_json(osp.join(out_dir, 'benchmark.json'), report)
+    write_text(osp.join(out_dir, 'benchmark.md'), table + '\n')
     title = (f'{title}, {report["machine"]["cpu"]}, '
              f'{report["machine"]["threads"]} threads, '
              f'{report["machine"]["date"][:10]}')

@@ -172,6 +172,9 @@ class ResultStore:
             from mmseg_whitebox.utils.input_checks import \
                 check_writable_folder
             check_writable_folder(out_dir, '--out')
+            if resume and osp.isfile(osp.join(out_dir, 'results.json')):
+                read_json(osp.join(out_dir, 'results.json'),  # readable?
+                          'results of a noise sweep')
 
     # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:

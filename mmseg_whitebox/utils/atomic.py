@@ -116,7 +116,7 @@ def read_json(path: str, what: str = 'results') -> Any:
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadFileError(
-            f'{path!r} is damaged ({exc}), not the {what} a tool wrote '
-            '(truncated by a crash or a full disk, or edited): restore it '
+            f'{path!r} is damaged ({exc}): it does not hold complete {what} '
+            '(cut off by a crash or a full disk, or edited). Restore it '
             'from a copy, or move it away and start again without '
             '--resume') from exc

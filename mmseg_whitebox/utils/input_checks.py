@@ -108,7 +108,8 @@ def check_config_values(cfg: Any) -> None:
     model = cfg.get('model', None)
     if not isinstance(model, dict) or 'type' not in model:
         raise ToolError(
-            'the config defines no model (model=dict(type=...)): it is not '
+            f'config {getattr(cfg, "filename", None)!r} defines no model '
+            '(model=dict(type=...)): it is not '
             'a model config, or an _base_ file is missing; pass a config '
             'from configs/<model>/')
     for key, node in _dicts(model, 'model'):

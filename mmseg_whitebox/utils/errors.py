@@ -243,7 +243,8 @@ def _config_syntax(exc: BaseException) -> Optional[str]:
             'mmengine' in f.f_code.co_filename and 'config' in
             f.f_code.co_filename for f in _frames(exc)):
         return None
-    path = _file_of(exc) or 'a config file'
+    path = _file_of(exc)
+    path = os.path.normpath(path) if path else 'a config file'
     return (f'config {path!r} is not valid Python: {exc.msg} at line '
             f'{exc.lineno}; fix that line')
 

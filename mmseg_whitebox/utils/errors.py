@@ -126,7 +126,8 @@ def _file_of(exc: BaseException) -> Optional[str]:
 
 def _suggest(word: str, choices: Iterable[str]) -> str:
     """``; did you mean 'x' or 'y'?`` for the close matches, or ''."""
-    close = difflib.get_close_matches(word, sorted(set(choices)),
+    choices = sorted(set(choices))
+    close = difflib.get_close_matches(word, choices,
                                       SUGGESTIONS, 0.75)
     if not close:
         lower = {c.lower(): c for c in choices}

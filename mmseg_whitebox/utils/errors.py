@@ -24,6 +24,8 @@ import sys
 import traceback
 from typing import Any, Callable, Iterable, List, Optional
 
+from mmseg_whitebox.utils.cli import ToolError
+
 #: the environment variable that shows tracebacks for every error
 DEBUG_ENV = 'MMSEG_WHITEBOX_DEBUG'
 #: the command-line flag every tool accepts for the same
@@ -32,12 +34,13 @@ DEBUG_FLAG = '--debug'
 SUGGESTIONS = 3
 
 
-class BadFileError(ValueError):
+class BadFileError(ToolError, ValueError):
     """A file that cannot be read as what it should be (truncated, empty,
-    another format); the message names the file and what to do."""
+    another format); the message names the file and what to do. (A
+    ``ValueError`` too, for callers of the package that catch those.)"""
 
 
-class OverwriteError(ValueError):
+class OverwriteError(ToolError, ValueError):
     """A tool was asked to write over one of its own inputs."""
 
 
@@ -139,8 +142,7 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 
 def _own_errors(exc: BaseException) -> Optional[str]:
     """The project's bad-input errors: their message is the one line."""
-    from mmseg_whitebox.utils.cli import ToolError
-    kinds = [ToolError, BadFileError, OverwriteError]
+    kinds = [ToolError]
     for module, name in (
             ('mmseg_whitebox.utils.checkpoint_checks', 'CheckpointError'),
             ('mmseg_whitebox.datasets.checks', 'DatasetCheckError'),

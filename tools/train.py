@@ -8,7 +8,8 @@ import logging
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.utils.checkpoint_checks import NonFiniteCounter
+from mmseg_whitebox.utils.checkpoint_checks import (NonFiniteCounter,
+                                                    ResumeCheckHook)
 from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
                                       check_data_roots, load_config, run_tool)
 from mmseg_whitebox.utils.run_checks import (check_param_schedulers,
@@ -67,6 +68,8 @@ def main(argv=None) -> None:
         runner = RUNNERS.build(cfg)
     else:
         runner = Runner.from_cfg(cfg)
+    if args.resume:  # refuse the checkpoint of another model
+        runner.register_hook(ResumeCheckHook())
     counter = NonFiniteCounter()
     runner.register_hook(counter)
     with reported_errors(cfg):

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops import CBSA
+from mmseg_whitebox.utils.atomic import save_figure
 
 
 class CBSAAttentionCapture:
@@ -129,6 +130,6 @@ def draw_extraction_maps(image: np.ndarray,
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out_file, dpi=100)
+    save_figure(fig, out_file, dpi=100)
     plt.close(fig)
     return out_file

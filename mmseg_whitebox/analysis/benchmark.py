@@ -33,7 +33,6 @@ import ctypes.util
 import datetime
 import gc
 import glob
-import json
 import math
 import os
 import os.path as osp
@@ -44,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+from mmseg_whitebox.utils.atomic import save_figure, write_json, write_text
 
 
 # calls slower than this (seconds) are past any warm-up or cache effect
@@ -444,10 +445,8 @@ def write_report(out_dir: str, report: Dict, table: str, title: str,
     ``benchmark.png`` (:func:`plot` of ``report['results']`` with
     ``report['slopes']``; ``plot_keys`` choose its curves) in
     ``out_dir``; prints the table and the files written."""
-    with open(osp.join(out_dir, 'benchmark.json'), 'w') as f:
-        json.dump(report, f, indent=1)
-    with open(osp.join(out_dir, 'benchmark.md'), 'w') as f:
-        f.write(table + '\n')
+    write_json(osp.join(out_dir, 'benchmark.json'), report)
+    write_text(osp.join(out_dir, 'benchmark.md'), table + '\n')
     title = (f'{title}, {report["machine"]["cpu"]}, '
              f'{report["machine"]["threads"]} threads, '
              f'{report["machine"]["date"][:10]}')
@@ -512,6 +511,6 @@ def plot(rows: List[Dict], fits: Dict, out_file: str, title: str,
         ax.legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out_file, dpi=120)
+    save_figure(fig, out_file, dpi=120)
     plt.close(fig)
     return out_file

@@ -18,8 +18,13 @@ import os.path as osp
 from typing import List, Optional, Sequence, Tuple
 
 from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils.atomic import atomic_path, check_not_input
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
 from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
+from mmseg_whitebox.utils.input_checks import (check_device,
+                                               check_image_file,
+                                               check_output_file,
+                                               check_writable_folder)
 
 #: file endings read as images in a folder (as mmcv reads them)
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff',
@@ -47,16 +52,6 @@ def list_images(path: str) -> List[str]:
     return images
 
 
-def _check_writable_dir(folder: str) -> None:
-    """A folder that exists or can be made: no part of it is a file."""
-    parent = osp.abspath(folder)
-    while parent and not osp.exists(parent):
-        parent = osp.dirname(parent)
-    if parent and not osp.isdir(parent):
-        raise ToolError(f'cannot write to {folder!r}: {parent!r} is a file, '
-                        'not a folder')
-
-
 def output_paths(images: Sequence[str], source: str,
                  out_file: Optional[str] = None,
                  out_dir: Optional[str] = None) -> List[str]:
@@ -72,18 +67,22 @@ def output_paths(images: Sequence[str], source: str,
         if osp.isdir(out_file):
             raise ToolError(f'--out-file {out_file!r} is a folder; give a '
                             'file name (or use --out-dir)')
-        _check_writable_dir(osp.dirname(out_file) or '.')
+        check_not_input(out_file, images, '--out-file')
+        check_output_file(out_file, '--out-file', image=True)
         return [out_file]
     if not out_dir:
         raise ToolError('give --out-file FILE (one image) or --out-dir DIR '
                         'for the overlays')
     if osp.exists(out_dir) and not osp.isdir(out_dir):
         raise ToolError(f'--out-dir {out_dir!r} is a file, not a folder')
-    _check_writable_dir(out_dir)
+    check_writable_folder(out_dir, '--out-dir')
     stems = [osp.splitext(osp.basename(p))[0] for p in images]
     names = [osp.basename(p).replace('.', '_') if stems.count(s) > 1 else s
              for p, s in zip(images, stems)]
-    return [osp.join(out_dir, f'{name}.png') for name in names]
+    outputs = [osp.join(out_dir, f'{name}.png') for name in names]
+    for out in outputs:
+        check_not_input(out, images, '--out-dir')
+    return outputs
 
 
 def check_opacity(opacity: float) -> float:
@@ -129,7 +128,7 @@ def overlay_images(model, images: Sequence[str], outputs: Sequence[str],
     painted by mmseg's ``SegLocalVisualizer`` to the matching output path.
     Returns the written paths."""
     import mmcv
-    from mmengine.utils import ProgressBar, mkdir_or_exist
+    from mmengine.utils import ProgressBar
     from mmseg.apis import inference_model
     from mmseg.visualization import SegLocalVisualizer
 
@@ -145,11 +144,11 @@ def overlay_images(model, images: Sequence[str], outputs: Sequence[str],
     for image_path, out in zip(images, outputs):
         result = inference_model(model, image_path)
         image = mmcv.imread(image_path, channel_order='rgb')
-        mkdir_or_exist(osp.dirname(osp.abspath(out)))
-        visualizer.add_datasample(
-            title or osp.basename(image_path), image, data_sample=result,
-            draw_gt=False, draw_pred=True, show=False,
-            with_labels=with_labels, out_file=out)
+        with atomic_path(out) as tmp:  # complete, or the old file kept
+            visualizer.add_datasample(
+                title or osp.basename(image_path), image, data_sample=result,
+                draw_gt=False, draw_pred=True, show=False,
+                with_labels=with_labels, out_file=tmp)
         written.append(out)
         if bar is not None:
             bar.update()
@@ -166,7 +165,10 @@ def image_demo(source: str, config: str, checkpoint: str,
     loads the model with mmseg's ``init_model`` and paints each
     prediction. Returns ``(images, written overlay paths)``."""
     check_opacity(opacity)
+    check_device(device)
     images = list_images(source)
+    for image in images:  # headers only: a bad file costs no model build
+        check_image_file(image)
     outputs = output_paths(images, source, out_file, out_dir)
     if not checkpoint:
         raise ToolError('a checkpoint is needed: the overlays of a randomly '

@@ -18,7 +18,8 @@ they arise, without forking mmseg's datasets:
 ``CheckSegSample`` (``TRANSFORMS``)
     Placed right after ``LoadAnnotations``: the label must be single-channel,
     of its image's size, with values in ``[0, num_classes)`` or the ignore
-    index. ``num_classes``/``ignore_index`` default to the dataset's (filled
+    index, and a 16-bit label file must hold no value above 255 (mmseg
+    casts labels to 8 bits: 258 would become 2). ``num_classes``/``ignore_index`` default to the dataset's (filled
     in by ``CheckedSegDataset``). Costs a few array reductions per sample.
 
 Both raise :class:`DatasetCheckError`.
@@ -254,8 +255,31 @@ class CheckSegSample:
                 'label must have its image\'s size: re-export it at that '
                 'size (nearest-neighbour, never interpolating class '
                 'indices) or fix the image/label pairing')
+        self._check_bit_depth(label)
         self._check_range(seg, label, results.get('reduce_zero_label'))
         return results
+
+    @staticmethod
+    def _check_bit_depth(label: Any) -> None:
+        """mmseg's ``LoadAnnotations`` casts a label to 8 bits: in a 16-bit
+        (or 32-bit) PNG, class 258 silently becomes class 2. The header
+        says the depth; only a deeper file is read again."""
+        if not isinstance(label, str) or not osp.isfile(label):
+            return
+        from PIL import Image
+        with Image.open(label) as image:
+            if image.mode in ('1', 'L', 'P'):
+                return
+            values = np.unique(np.asarray(image))
+        wide = [int(v) for v in values if v > 255 or v < 0]
+        if wide:
+            raise DatasetCheckError(
+                f'label {label!r} is a {image.mode} image with values '
+                f'{wide[:5]}{" ..." if len(wide) > 5 else ""} outside '
+                '0..255: mmseg reads labels as 8 bits, so they would '
+                f'silently become {[v % 256 for v in wide[:5]]}. Store '
+                'class indices 0..255 in an 8-bit (L or P) PNG; mmseg '
+                'cannot train or evaluate more than 255 classes')
 
     def _check_range(self, seg: np.ndarray, label: Any,
                      reduced: Optional[bool]) -> None:

@@ -53,8 +53,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils.atomic import (atomic_path, check_not_input,
+                                         write_json)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
 from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
+from mmseg_whitebox.utils.input_checks import check_output_file
 
 Shape = Tuple[int, int]
 
@@ -66,6 +69,11 @@ DEPLOY_PACKAGES = {'onnx': 'onnx', 'onnxruntime': 'onnxruntime',
                    'onnxscript': 'onnxscript'}
 #: operator domains of standard ONNX
 STANDARD_DOMAINS = ('', 'ai.onnx')
+#: the oldest opset the export writes: torch's dynamo exporter builds the
+#: graph with its operator library at opset 18 (torch's
+#: ``TORCHLIB_OPSET``) and only converts it up from there; asked for less,
+#: it keeps opset 18 silently
+MIN_OPSET = 18
 INPUT_NAME, OUTPUT_NAME = 'input', 'seg_logits'
 
 
@@ -238,8 +246,34 @@ def export_onnx(model: nn.Module,
         quiet.setLevel(level)
     for key, value in (metadata or {}).items():
         program.model.metadata_props[key] = value
-    program.save(out)
+    with atomic_path(out) as tmp:  # only a complete graph of that opset
+        program.save(tmp)
+        written = graph_opset(tmp)
+        if opset is not None and written != opset:
+            raise ToolError(f'the exporter wrote opset {written}, not the '
+                            f'--opset {opset} asked for; nothing was '
+                            'written. Leave --opset out or choose '
+                            f'{written}')
     return out
+
+
+def check_opset(opset: Optional[int]) -> None:
+    """An opset the export can honour (see :data:`MIN_OPSET`)."""
+    if opset is not None and opset < MIN_OPSET:
+        raise ToolError(
+            f'--opset {opset} cannot be honoured: torch\'s dynamo exporter '
+            f'writes opset {MIN_OPSET} or newer (it would write opset '
+            f'{MIN_OPSET} silently). Leave --opset out or give >= '
+            f'{MIN_OPSET}; for an older runtime, convert the graph '
+            'afterwards with onnx.version_converter')
+
+
+def graph_opset(path: str) -> int:
+    """The standard-ONNX opset the graph at ``path`` declares."""
+    import onnx
+    proto = onnx.load(path, load_external_data=False)
+    return next(o.version for o in proto.opset_import
+                if o.domain in STANDARD_DOMAINS)
 
 
 def non_standard_ops(path: str) -> List[str]:
@@ -329,6 +363,7 @@ def export_and_check(config: str,
     the report, also written to ``report_file`` (``--json``), before the
     agreement is judged, so a failing graph's figures are kept."""
     require_deploy_packages()
+    check_opset(opset)
     shape = _shape(shape, '--shape')
     other_shapes = [_shape(s, '--check-shape') for s in other_shapes]
     if other_shapes and not dynamic:
@@ -337,8 +372,11 @@ def export_and_check(config: str,
     if not 0 < min_agreement <= 1:
         raise ToolError(f'--min-agreement must be in (0, 1], got '
                         f'{min_agreement}')
-    if osp.isdir(out):
-        raise ToolError(f'--out {out!r} is a folder; give a file name')
+    check_not_input(out, [config, checkpoint], '--out')
+    check_output_file(out, '--out', suffixes=('.onnx', ))
+    if report_file:
+        check_not_input(report_file, [config, checkpoint, out], '--json')
+        check_output_file(report_file, '--json', suffixes=('.json', ))
     if not checkpoint:
         raise ToolError('a checkpoint is needed')
     check_checkpoint(checkpoint)
@@ -375,8 +413,7 @@ def export_and_check(config: str,
                   dynamic=dynamic, opset=opset,
                   parity=[asdict(r) for r in results])
     if report_file:
-        with open(report_file, 'w') as f:
-            json.dump(report, f, indent=2)
+        write_json(report_file, report, indent=2)
     check_agreement(results, min_agreement, out)
     return report
 

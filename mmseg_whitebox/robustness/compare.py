@@ -3,11 +3,11 @@ plot, with the summary metrics of :mod:`.summary` computed over the sigmas
 every sweep has (an AUC depends on the swept range)."""
 from __future__ import annotations
 
-import csv
 import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
+from mmseg_whitebox.utils.atomic import write_csv, write_text
 from .plotting import load_results, plot_robustness, result_label
 from .summary import (common_sigmas, markdown_table, summarize_results,
                       summary_rows)
@@ -74,11 +74,7 @@ def compare_sweeps(folders: Sequence[str],
     text = '\n\n'.join([f'# {title or "Robustness to parameter noise"}',
                         markdown_table(rows, columns)] +
                        [f'Note: {n}.' for n in notes] + [FORMULAS]) + '\n'
-    with open(paths['md'], 'w') as f:
-        f.write(text)
-    with open(paths['csv'], 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_text(paths['md'], text)
+    write_csv(paths['csv'], list(rows[0]), rows)
     plot_robustness(runs, paths['png'], title, sigmas=common)
     return dict(paths, markdown=text)

@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from mmseg_whitebox.utils.cli import (check_checkpoint, check_data_roots,
                                       drop_training, load_config)
+from mmseg_whitebox.utils.run_checks import check_work_dir
 from .metrics import Metrics, quiet_logging
 from .shared_encoder import SharedEncoderEvaluation
 
@@ -35,6 +36,7 @@ def build_test_runner(config: str,
     args = argparse.Namespace(config=config, cfg_options=cfg_options,
                               work_dir=work_dir, launcher=launcher)
     cfg = load_config(args)
+    check_work_dir(cfg.work_dir)
     cfg.load_from = checkpoint
     drop_training(cfg)
     check_data_roots(cfg, ('test_dataloader', ))

@@ -7,10 +7,10 @@ attention removed (dotted). One colour per model; its parameter groups
 lines, so a comparison of several models with groups stays readable."""
 from __future__ import annotations
 
-import json
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from mmseg_whitebox.utils.atomic import read_json, save_figure
 from .groups import group_of
 from .summary import (attention_unused, fmt, fmt_sigma50,
                       summarize_results)
@@ -26,8 +26,7 @@ def load_results(folder: str) -> Results:
     if not osp.isfile(path):
         raise FileNotFoundError(f'{path} not found: {folder} is not the '
                                 'output folder of a noise sweep')
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, 'results of a noise sweep')
 
 
 def result_label(results: Results, folder: str) -> str:
@@ -121,7 +120,7 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
         fig.text(0.01, 0.01, '\n'.join(notes), fontsize=7, color='darkred',
                  va='bottom')
         fig.subplots_adjust(bottom=0.12 + 0.03 * len(notes))
-    fig.savefig(out_file, dpi=120, bbox_inches='tight')
+    save_figure(fig, out_file, dpi=120, bbox_inches='tight')
     plt.close(fig)
     return out_file
 

@@ -27,8 +27,8 @@ time.
 """
 from __future__ import annotations
 
-import csv
 import json
+import math
 import os
 import os.path as osp
 import statistics
@@ -37,8 +37,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch.nn as nn
 
+from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from .metrics import Evaluate, NonFiniteCounter
 from .perturbation import MODES, ParameterNoise
+from .resume import setup_differences, with_config_digest
 from .selection import Selection
 from .shared_encoder import NoiseSetting, SharedEncoderEvaluation
 from .sites import AttentionAblation, AttentionUsage
@@ -82,9 +85,12 @@ def check_sweep_settings(sigmas: Sequence[float],
     if num_seeds < 1:
         raise ValueError(f'the number of seeds (noise draws per sigma) '
                          f'must be >= 1, got {num_seeds}')
-    bad = [s for s in sigmas if not s >= 0]
+    bad = [s for s in sigmas if not (math.isfinite(s) and s >= 0)]
     if bad:
-        raise ValueError(f'sigmas must be >= 0, got {bad}')
+        raise ValueError(
+            f'sigmas must be finite and >= 0 (0 is the clean model), got '
+            f'{", ".join(repr(s) for s in bad)}: e.g. --sigmas 0.001 0.01 '
+            '0.1')
 
 
 class ResultStore:
@@ -100,24 +106,22 @@ class ResultStore:
     def __init__(self, out_dir: Optional[str] = None,
                  setup: Optional[Dict[str, Any]] = None,
                  resume: bool = False) -> None:
-        setup = json.loads(json.dumps(setup or {}))  # compared as stored
         self.check_out_dir(out_dir, resume)
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
         if out_dir:
+            setup = with_config_digest(setup or {})
+        setup = json.loads(json.dumps(setup or {}))  # compared as stored
+        if out_dir:
             os.makedirs(out_dir, exist_ok=True)
         if self.json_path and osp.isfile(self.json_path):
-            with open(self.json_path) as f:
-                data = json.load(f)
-            old = data.get('setup', {})
-            diff = {k: (old.get(k), v) for k, v in setup.items()
-                    if k in old and old.get(k) != v}
+            data = read_json(self.json_path, 'results of a noise sweep')
+            diff = setup_differences(data.get('setup', {}), setup)
             if diff:
                 raise ValueError(
                     f'cannot resume {out_dir}: it was made with different '
-                    'settings (' + '; '.join(
-                        f'{k}: {a!r} there, {b!r} now'
-                        for k, (a, b) in diff.items()) + ')')
+                    'settings (' + '; '.join(diff) + '); resume with those, '
+                    'or choose another output folder (--out)')
             self.data = dict(self.empty(), **data)
             self.data['setup'].update(setup)
         else:
@@ -155,14 +159,20 @@ class ResultStore:
     @staticmethod
     def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
         """Raise :class:`FileExistsError` if ``out_dir`` already holds sweep
-        results and ``resume`` is off (checked by the constructor too; a
-        tool calls it before building a model)."""
+        results and ``resume`` is off, a ``ToolError`` if it cannot be
+        written (checked by the constructor too; a tool calls it before
+        building a model)."""
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
             raise FileExistsError(
                 f'{out_dir} already holds sweep results; pass --resume '
                 '(resume=True) to continue them, or choose another output '
                 'folder')
+        if out_dir:
+            check_writable_folder(out_dir, '--out')
+            if resume and osp.isfile(osp.join(out_dir, 'results.json')):
+                read_json(osp.join(out_dir, 'results.json'),  # readable?
+                          'results of a noise sweep')
 
     # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:
@@ -211,21 +221,21 @@ class ResultStore:
         if self.out_dir is None:
             return
         self.data['summary'] = summarize_results(self.data)
-        _atomic_json(self.json_path, self.data)
+        write_json(self.json_path, self.data)
         self._write_csv()
         setup = self.data['setup']
         summary = summary_rows(self.data['summary'],
                                label=setup.get('name', ''),
                                num_parameters=setup.get('num_parameters'))
         if summary:
-            _atomic_csv(osp.join(self.out_dir, 'summary.csv'),
+            write_csv(osp.join(self.out_dir, 'summary.csv'),
                         list(summary[0]), summary)
         for key, name in (('attention_usage', 'attention_usage'),
                           ('subspace_angles', 'subspace_angles')):
             rows = self.data.get(key)
             if rows:
-                _atomic_json(osp.join(self.out_dir, f'{name}.json'), rows)
-                _atomic_csv(osp.join(self.out_dir, f'{name}.csv'),
+                write_json(osp.join(self.out_dir, f'{name}.json'), rows)
+                write_csv(osp.join(self.out_dir, f'{name}.csv'),
                             list(rows[0]), rows)
 
     def rows(self) -> List[Dict[str, Any]]:
@@ -262,25 +272,7 @@ class ResultStore:
                    for s in ('mean', 'std', 'min', 'max')]
         fields += ['nonfinite_fraction', 'mIoU_ci95', 'retention',
                    'attention_retention']
-        _atomic_csv(osp.join(self.out_dir, 'results.csv'), fields, rows)
-
-
-def _atomic_json(path: str, obj: Any) -> None:
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
-def _atomic_csv(path: str, fields: Sequence[str],
-                rows: List[Dict[str, Any]]) -> None:
-    tmp = path + '.tmp'
-    with open(tmp, 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(fields),
-                                extrasaction='ignore')
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+        write_csv(osp.join(self.out_dir, 'results.csv'), fields, rows)
 
 
 class NoiseSweep:

@@ -66,8 +66,15 @@ def check_checkpoint_file(filename: str) -> None:
             'earlier iter_*.pth in the work dir) or download it again')
     with open(filename, 'rb') as f:
         head = f.read(64)
-    if head.startswith(_ZIP_MAGIC) and zipfile.is_zipfile(filename):
-        return
+    if head.startswith(_ZIP_MAGIC):
+        if zipfile.is_zipfile(filename):
+            return
+        # torch's zip format with its end cut off (its header is ASCII)
+        raise CheckpointFileError(
+            f'checkpoint {filename!r} is truncated ({size} bytes; a torch '
+            'zip file without its end): the save, download or copy was '
+            'interrupted. Use another checkpoint (e.g. an earlier '
+            'iter_*.pth in the work dir) or copy/download it again')
     if head.startswith(_PICKLE_PROTO):
         return  # the legacy (non-zip) torch format
     text = head.decode('utf-8', errors='replace')
@@ -227,6 +234,35 @@ class CheckpointCheckHook(Hook):
         check_state_dict(model, state_dict_of(checkpoint), source,
                          self.allow_partial, self.allow_nonfinite,
                          self.partial_flag, self.nonfinite_flag)
+
+
+@HOOKS.register_module()
+class ResumeCheckHook(Hook):
+    """``--resume``: the checkpoint resumed from must be of this model. A
+    work dir reused for another config otherwise fails in mmengine's
+    optimizer load (``loaded state dict has a different number of parameter
+    groups``) after the weights were loaded partially."""
+
+    priority = 'LOWEST'
+
+    def after_load_checkpoint(self, runner: Any, checkpoint: dict) -> None:
+        missing, unexpected, mismatched = compare_state_dict(
+            runner.model, state_dict_of(checkpoint))
+        if not (missing or unexpected or mismatched):
+            return
+        from mmengine.runner import find_latest_checkpoint
+        source = runner.cfg.get('load_from') or find_latest_checkpoint(
+            runner.work_dir)
+        counts = ', '.join(f'{len(keys)} {what}' for keys, what in (
+            (mismatched, 'of another shape'), (missing, 'missing'),
+            (unexpected, 'not in the model')) if keys)
+        first = (mismatched[0][0] if mismatched else
+                 (missing or unexpected)[0])
+        raise CheckpointMismatchError(
+            f'--resume: {source!r} is a checkpoint of another model '
+            f'(weights {counts}, e.g. {first}): the work dir '
+            f'{runner.work_dir!r} belongs to another config. Give this '
+            'config its own --work-dir, or train without --resume')
 
 
 def load_checkpoint(model: torch.nn.Module, filename: str,

@@ -15,10 +15,13 @@ import sys
 from typing import (Any, Callable, Iterable, Iterator, NoReturn, Optional,
                     Tuple)
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
-from .checkpoint_checks import CheckpointCheckHook
+from .checkpoint_checks import CheckpointCheckHook, check_checkpoint_file
 from .distributed import setup_distributed
+from .errors import report, take_debug_flag
+from .input_checks import (CfgOptionsAction, check_config_file,
+                           check_config_values)
 from .model_index import config_path
 from .tool_error import BAD_INPUT, ToolError
 
@@ -29,9 +32,10 @@ INTERRUPTED = 130
 
 
 def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
-    """Run a tool's ``main(argv)``; a :class:`ToolError` becomes one clear
-    message on stderr and exit status 2. Every script in ``tools/`` ends
-    with ``run_tool(main)``.
+    """Run a tool's ``main(argv)``; a :class:`ToolError`, or another error a
+    user can cause (:mod:`mmseg_whitebox.utils.errors`), becomes one clear
+    message on stderr and exit status 2 (with the traceback too under
+    ``--debug``). Every script in ``tools/`` ends with ``run_tool(main)``.
 
     A process group the tool started (``--launcher pytorch``) is destroyed
     before the process exits. A worker of a distributed run then leaves
@@ -40,11 +44,13 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     at that point, and one that waits for the GIL while the interpreter
     finalises aborts the whole rank (SIGABRT, "terminate called without
     an active exception"; pytorch/pytorch#190489)."""
+    argv = take_debug_flag(argv)
     try:
         result, status = main(argv), 0
-    except ToolError as exc:
+    except Exception as exc:  # bad input: one line; a bug: re-raised
         prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
-        print(f'{prog}: error: {exc}', file=sys.stderr)
+        if not report(prog, exc):
+            raise
         result, status = None, BAD_INPUT
     finally:
         # also when another exception propagates (its traceback follows)
@@ -112,7 +118,7 @@ def add_cfg_options_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=CfgOptionsAction,
         help='override config settings, key=value pairs merged into the '
         'config, e.g. train_cfg.max_iters=100 model.decode_head.num_classes'
         '=19; lists as key="[a,b]" or key=a,b (quotes needed, no spaces)')
@@ -183,18 +189,21 @@ def load_config(args: argparse.Namespace) -> Config:
 def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     """The config file ``path`` with ``--cfg-options`` merged in; ``path``
     may also name one of this project's configs (a model name, see
-    :func:`mmseg_whitebox.apis.config_path`); neither is a
-    :class:`ToolError`. (:func:`load_config` adds what running a Runner
-    needs: work dir, launcher, checkpoint hook.)"""
-    if not osp.isfile(path):
+    :func:`mmseg_whitebox.apis.config_path`). A missing, empty or
+    unparseable file and impossible settings are a :class:`ToolError`
+    (:mod:`~mmseg_whitebox.utils.input_checks`). (:func:`load_config` adds
+    what running a Runner needs: work dir, launcher, checkpoint hook.)"""
+    if not osp.exists(path):
         try:
             path = config_path(path)
         except FileNotFoundError as exc:
             raise ToolError(f'config file {path!r} does not exist '
                             f'({exc})') from None
+    check_config_file(path)
     cfg = Config.fromfile(path)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    check_config_values(cfg)
     return cfg
 
 
@@ -267,5 +276,10 @@ def drop_training(cfg: Config) -> None:
 
 
 def check_checkpoint(path: Optional[str]) -> None:
+    """A local checkpoint exists and is a complete torch file (empty,
+    truncated and text files are named as such, before a model is
+    built)."""
     if path and '://' not in path and not osp.isfile(path):
         raise ToolError(f'checkpoint {path!r} does not exist')
+    if path:
+        check_checkpoint_file(path)

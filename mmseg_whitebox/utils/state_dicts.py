@@ -6,13 +6,14 @@ unpickling is refused, never executed) or from ``.safetensors``.
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
+from mmseg_whitebox.utils.atomic import check_not_input, save_torch
+from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
 
 StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
@@ -27,7 +28,13 @@ def read_state_dict(path: str) -> StateDict:
         raise ValueError(f'{path!r} does not exist')
     if path.endswith('.safetensors'):
         from safetensors.torch import load_file
-        return load_file(path)
+        try:
+            return load_file(path)
+        except Exception as exc:  # SafetensorError, OSError
+            raise ValueError(
+                f'{path!r} is not a complete safetensors file ({exc}): it '
+                'is truncated or of another format. Download it again')
+    check_checkpoint_file(path)  # empty, truncated, text: said so
     try:
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as exc:  # torch raises many kinds for a foreign file
@@ -43,6 +50,15 @@ def read_state_dict(path: str) -> StateDict:
     return checkpoint
 
 
+def check_tensors(state: StateDict, path: str) -> None:
+    """A state dict to convert holds tensors (an empty one would be
+    written as an empty checkpoint)."""
+    if not any(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f'{path!r} holds no tensors: it is not a model\'s '
+                         'weights (an empty or foreign state dict); nothing '
+                         'was written')
+
+
 def convert_file(src: str, dst: str, convert: Converter,
                  config: Optional[str] = None) -> str:
     """Convert the state dict in ``src`` and save it to ``dst`` as a
@@ -52,15 +68,18 @@ def convert_file(src: str, dst: str, convert: Converter,
     written (``ValueError`` listing them); so does, with ``config``, a
     result that does not fit that config's backbone exactly (see
     :func:`check_fits_backbone`). Returns a one-line summary."""
-    converted, dropped, unmapped = convert(read_state_dict(src))
+    check_not_input(dst, [src, config], 'DST')
+    state = read_state_dict(src)
+    check_tensors(state, src)
+    converted, dropped, unmapped = convert(state)
     if unmapped:
         raise ValueError(f'{len(unmapped)} keys of {src} cannot be mapped '
                          f'(is it the right kind of checkpoint?): '
                          f'{", ".join(unmapped)}')
     if config is not None:
         check_fits_backbone(dict(converted), config)
-    os.makedirs(osp.dirname(osp.abspath(dst)), exist_ok=True)
-    torch.save(dict(state_dict=converted), dst)
+    check_tensors(converted, src)
+    save_torch(dict(state_dict=converted), dst)
     return (f'wrote {dst}: {len(converted)} tensors' +
             (f'; dropped the classifier ({", ".join(dropped)})'
              if dropped else ''))

@@ -15,12 +15,12 @@ used with tools/test.py, --resume, load_from and mmseg.apis.
 from __future__ import annotations
 
 import argparse
-import os
 import os.path as osp
 from typing import List, Optional
 
 import torch
 
+from mmseg_whitebox.utils.atomic import atomic_path, check_not_input
 from mmseg_whitebox.utils.checkpoint_codec import encode_checkpoint
 from mmseg_whitebox.utils.cli import ToolError, run_tool
 
@@ -47,10 +47,9 @@ def convert(src: str, dst: str) -> None:
     if not isinstance(checkpoint, dict):
         raise ToolError(f'{src!r} holds a {type(checkpoint).__name__}, not '
                         'a checkpoint dict')
-    out_dir = osp.dirname(osp.abspath(dst))
-    os.makedirs(out_dir, exist_ok=True)
-    torch.save(encode_checkpoint(checkpoint), dst)
-    torch.load(dst, map_location='cpu', weights_only=True)  # verify
+    with atomic_path(dst) as tmp:  # dst is complete, or as before
+        torch.save(encode_checkpoint(checkpoint), tmp)
+        torch.load(tmp, map_location='cpu', weights_only=True)  # verify
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -63,8 +62,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             'pass --trust if you trust where it came from')
     if not osp.isfile(args.src):
         raise ToolError(f'{args.src!r} does not exist')
-    if osp.abspath(args.src) == osp.abspath(args.dst):
-        raise ToolError('write to a new file, SRC stays as it is')
+    check_not_input(args.dst, [args.src], 'OUT')
     convert(args.src, args.dst)
     print(f'wrote {args.dst} (loads with weights_only=True)')
 

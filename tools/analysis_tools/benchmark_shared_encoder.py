@@ -36,7 +36,7 @@ DEFAULT_CONFIG = osp.join('configs', 'cbsa',
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from mmengine.config import DictAction
+    from mmseg_whitebox.utils.input_checks import CfgOptionsAction
     p = tool_parser(__doc__)
     p.add_argument('--config', default=DEFAULT_CONFIG)
     p.add_argument('--images', type=int, default=2,
@@ -56,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--data-dir',
                    help='where the synthetic images go (default: a '
                    'temporary folder)')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction)
+    p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     args = p.parse_args(argv)
     if args.images < 1 or args.settings < 1:
         p.error('--images and --settings must be >= 1')

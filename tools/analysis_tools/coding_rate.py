@@ -14,12 +14,11 @@
    images (CBSA paper Fig. 7 style): OUT/extraction_<image>_layer<i>.png.
 """
 import argparse
-import csv
-import json
 import os
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
                                       check_checkpoint, check_data_roots,
                                       read_config, run_tool, tool_parser)
@@ -62,7 +61,7 @@ def plot_rates(rows, out_file: str, title: str) -> str:
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out_file, dpi=110)
+    save_figure(fig, out_file, dpi=110)
     plt.close(fig)
     return out_file
 
@@ -135,13 +134,10 @@ def main(argv=None) -> list:
             if seen >= args.num_images:
                 break
     rows = probe.summary()
-    with open(osp.join(out, 'coding_rate.json'), 'w') as f:
-        json.dump(dict(config=args.config, checkpoint=args.checkpoint,
-                       eps=args.eps, images=seen, layers=rows), f, indent=1)
-    with open(osp.join(out, 'coding_rate.csv'), 'w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_json(osp.join(out, 'coding_rate.json'), dict(
+        config=args.config, checkpoint=args.checkpoint, eps=args.eps,
+        images=seen, layers=rows))
+    write_csv(osp.join(out, 'coding_rate.csv'), list(rows[0]), rows)
     png = plot_rates(rows, osp.join(out, 'coding_rate.png'),
                      f'{name}: coding rate per decoder layer ({seen} images)')
     print(f'compression term R_c per decoder layer ({seen} images, eps '

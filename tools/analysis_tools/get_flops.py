@@ -11,11 +11,11 @@ flop, as in mmengine and fvcore; papers that count 2 per multiply-add give
 twice these figures. Weights are random: FLOPs do not depend on them.
 """
 import argparse
-import json
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.model_complexity import (config_complexity,
                                                       default_shape)
+from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
                                       read_config, run_tool, tool_parser)
 
@@ -51,9 +51,8 @@ def main(argv=None):
     print()
     print(result.summary())
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(result.to_dict(), config=args.config), f,
-                      indent=2)
+        write_json(args.json, dict(result.to_dict(), config=args.config),
+                   indent=2)
     return result
 
 

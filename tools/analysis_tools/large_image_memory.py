@@ -17,7 +17,6 @@ their predictions on the large image are compared too; the agreement on an
 --agreement-size image is always measured.
 """
 import argparse
-import json
 import os.path as osp
 import tempfile
 
@@ -25,6 +24,7 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.benchmark import available_memory
 from mmseg_whitebox.analysis.large_image_memory import (
     GIB, agreement, format_bytes, measure_in_subprocess, write_test_image)
+from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
                                       check_checkpoint, read_config, run_tool,
                                       tool_parser)
@@ -105,8 +105,7 @@ def main(argv=None) -> dict:
           f'mmseg {shapes["default_seg_logits"]}, bounded '
           f'{shapes["bounded_seg_logits"]})')
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results, indent=2)
     return results
 
 

@@ -39,6 +39,7 @@ from mmseg_whitebox.datasets.synthetic_ade20k import (
     SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k, load_meta,
     sample_name)
 from mmseg_whitebox.robustness import attention_unused
+from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.cli import run_tool
 from mmseg_whitebox.utils.demo_models import (DEFAULT_MODELS, DEMO_MODELS,
                                               data_options, freeze_options,
@@ -264,8 +265,7 @@ def main(argv=None) -> Dict:
 
     print_results(summary, chance)
     summary['wall_time_s'] = time.time() - t0
-    with open(osp.join(out, 'summary.json'), 'w') as f:
-        json.dump(summary, f, indent=1)
+    write_json(osp.join(out, 'summary.json'), summary)
     print(f'summary: {osp.join(out, "summary.json")} '
           f'({summary["wall_time_s"]:.0f}s)')
     return summary

@@ -45,14 +45,14 @@ strict load stops the conversion with the list of keys, and nothing is
 written.
 """
 import argparse
-import os
 import os.path as osp
 
-import torch
 from mmengine.config import Config
 
 import mmseg_whitebox  # noqa: F401  (compat first, registers the heads)
 from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+from mmseg_whitebox.utils.atomic import (check_not_input, save_torch,
+                                         write_text)
 from mmseg_whitebox.utils.cli import ToolError, run_tool
 from mmseg_whitebox.utils.state_dicts import read_state_dict
 
@@ -95,6 +95,9 @@ def main(argv=None) -> None:
                                        'variant.yml')
     out_config = args.out_config or osp.splitext(args.dst)[0] + '.py'
     try:
+        check_not_input(args.dst, [args.src, variant, args.config], 'DST')
+        check_not_input(out_config, [args.src, variant, args.config,
+                                     args.dst], '--out-config')
         state = read_state_dict(args.src)
         net = (sc.read_variant(variant)
                if args.variant or osp.isfile(variant) else None)
@@ -124,13 +127,11 @@ def main(argv=None) -> None:
                 dataset_meta=dataset_meta(cfg, model.n_cls))
     if not meta['dataset_meta']:
         del meta['dataset_meta']
-    for path in (args.dst, out_config):
-        os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    with open(out_config, 'w', encoding='utf-8') as f:
-        f.write(f'# {model.kind} checkpoint {osp.basename(args.src)}, '
-                'converted by tools/model_converters/segmenter2mmseg.py\n' +
-                config_text)
-    torch.save(dict(state_dict=converted, meta=meta), args.dst)
+    save_torch(dict(state_dict=converted, meta=meta), args.dst)
+    write_text(out_config,
+               f'# {model.kind} checkpoint {osp.basename(args.src)}, '
+               'converted by tools/model_converters/segmenter2mmseg.py\n' +
+               config_text)
     print(f'{model.kind} checkpoint -> {args.dst} ({len(converted)} tensors, '
           'loaded strictly)' +
           (f'; dropped the classifier ({", ".join(dropped)})'

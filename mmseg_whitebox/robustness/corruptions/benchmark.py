@@ -11,9 +11,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
                                                         CorruptionError)
 from mmseg_whitebox.datasets.corruption_transform import ImageCorruption
+from mmseg_whitebox.utils.atomic import (read_json, write_csv, write_json,
+                                         write_text)
 from mmseg_whitebox.utils.cli import dataset_configs
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from ..evaluation import build_test_runner
-from ..sweep import _atomic_csv, _atomic_json
+from ..resume import setup_differences, with_config_digest
 from .report import (corruption_summary, markdown_table, plot_corruptions,
                      table_rows)
 
@@ -110,19 +113,18 @@ class CorruptionStore:
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
+        if out_dir:
+            setup = with_config_digest(setup)
         setup = json.loads(json.dumps(setup))  # compared as stored
         if self.json_path and osp.isfile(self.json_path):
-            with open(self.json_path) as f:
-                data = json.load(f)
-            old = data.get('setup', {})
-            diff = [k for k in self.MUST_MATCH
-                    if k in setup and k in old and old[k] != setup[k]]
+            data = read_json(self.json_path, 'results of a corruption '
+                             'benchmark')
+            diff = setup_differences(data.get('setup', {}), setup,
+                                     self.MUST_MATCH)
             if diff:
                 raise CorruptionError(
                     f'cannot resume {out_dir}: it was made with different '
-                    'settings (' + '; '.join(
-                        f'{k}: {old[k]!r} there, {setup[k]!r} now'
-                        for k in diff) + ')')
+                    'settings (' + '; '.join(diff) + ')')
             data.setdefault('setup', {}).update(setup)
             data.setdefault('clean', None)
             data.setdefault('results', {})
@@ -139,6 +141,11 @@ class CorruptionStore:
             raise FileExistsError(
                 f'{out_dir} already holds corruption results; pass --resume '
                 'to continue them, or choose another output folder (--out)')
+        if out_dir:
+            check_writable_folder(out_dir, '--out')
+            if resume and osp.isfile(osp.join(out_dir, 'results.json')):
+                read_json(osp.join(out_dir, 'results.json'),  # readable?
+                          'results of a corruption benchmark')
 
     @property
     def metric(self) -> str:
@@ -188,7 +195,7 @@ class CorruptionStore:
                                    summary['per_severity'].items()})
         if self.out_dir is None:
             return
-        _atomic_json(self.json_path, self.data)
+        write_json(self.json_path, self.data)
         rows = []
         clean = self.data.get('clean')
         if clean:
@@ -201,17 +208,14 @@ class CorruptionStore:
         fields = ['corruption', 'severity', 'mIoU', 'aAcc', 'mAcc',
                   'seconds']
         extra = sorted({k for r in rows for k in r} - set(fields))
-        _atomic_csv(osp.join(self.out_dir, 'results.csv'), fields + extra,
+        write_csv(osp.join(self.out_dir, 'results.csv'), fields + extra,
                     rows)
         values = self.values()
         table = table_rows(summary, values, self.severities)
-        _atomic_csv(osp.join(self.out_dir, 'table.csv'), list(table[0]),
+        write_csv(osp.join(self.out_dir, 'table.csv'), list(table[0]),
                     table)
         text = markdown_table(summary, values, self.severities, self.metric)
-        tmp = osp.join(self.out_dir, 'table.md.tmp')
-        with open(tmp, 'w') as f:
-            f.write(text)
-        os.replace(tmp, osp.join(self.out_dir, 'table.md'))
+        write_text(osp.join(self.out_dir, 'table.md'), text)
 
     def plot(self, title: Optional[str] = None) -> str:
         """``corruption_robustness.png`` in the folder."""

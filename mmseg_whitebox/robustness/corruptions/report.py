@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional, Sequence
 
+from mmseg_whitebox.utils.atomic import save_figure
+
 
 def corruption_summary(clean: Optional[float],
                        results: Dict[str, Dict[Any, float]],
@@ -140,6 +142,6 @@ def plot_corruptions(summary: Dict[str, Any],
     ax.grid(True, alpha=0.3)
     ax.set_title(title or f'{metric} under input corruptions')
     ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.01, 0.5))
-    fig.savefig(out_file, dpi=120, bbox_inches='tight')
+    save_figure(fig, out_file, dpi=120, bbox_inches='tight')
     plt.close(fig)
     return out_file

@@ -259,7 +259,7 @@ def test_tool_reduced_grid_matches_test_tool_and_resumes(tiny_ade,
         severities=['1', '3', '2'], out=str(out), resume=True,
         work_dir=str(tmp_path / 'w'),
         cfg_options=data_cfg_options(tiny_ade)), log=lines.append)
-    assert '2 evaluation(s) to run (5 done before)' in lines, lines
+    assert '2 evaluation(s) to run (5 done before)' in lines[0], lines
     with open(out / 'results.json') as f:
         again = json.load(f)
     assert again['clean'] == data['clean']

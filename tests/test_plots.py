@@ -1,7 +1,9 @@
 """Figures a user reads at a glance: the robustness and corruption plots
 keep their mIoU axis within [0, 100] and say in the legend what their
-spread is and over how many draws. Everything is read back from the
-matplotlib Figure the package builds."""
+spread is and over how many draws; an overlay names its model and sigma
+and lists the classes present, in the palette's colours. Everything is
+read back from the matplotlib Figure the package builds."""
+import types
 
 import numpy as np
 
@@ -109,3 +111,60 @@ def test_corruption_axis_is_the_percentage_range():
     values = {'gaussian_noise': {1: 99.0, 2: 21.0}}
     ax = corruption_figure(summary, values, [1, 2]).axes[0]
     assert ax.get_ylim() == (0.0, 100.0)
+
+
+# -- overlays --------------------------------------------------------------
+CLASSES = ('wall', 'floor', 'tree', 'sky', 'road')
+PALETTE = ((120, 120, 120), (80, 50, 50), (4, 200, 3), (6, 230, 230),
+           (140, 140, 140))
+
+
+def test_overlay_names_model_and_sigma_and_lists_the_classes_present():
+    from mmseg_whitebox.apis.overlay import overlay_figure
+    image = np.full((8, 12, 3), 100, dtype=np.uint8)
+    prediction = np.zeros((8, 12), dtype=np.int64) + 3
+    prediction[:, :4] = 1
+    prediction[0, 0] = 255  # ignored: no legend entry, no colour
+    fig = overlay_figure(image, prediction, CLASSES, PALETTE,
+                         model_name='cbsa_vit-demo', sigma=0.1,
+                         opacity=0.5)
+    title = fig.get_suptitle()
+    assert 'cbsa_vit-demo' in title and 'sigma 0.1' in title
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ['floor', 'sky']
+    colours = [h.get_facecolor()[:3] for h in legend.legend_handles]
+    assert np.allclose(colours, np.array([PALETTE[1], PALETTE[3]]) / 255)
+    # painted with the same colours: image and palette blended half-half
+    painted = fig.axes[0].get_images()[0].get_array()
+    assert tuple(painted[0, 0]) == (50, 50, 50)  # blended with black
+    assert tuple(painted[1, 1]) == (90, 75, 75)
+    assert tuple(painted[5, 8]) == (53, 165, 165)
+
+    clean = overlay_figure(image, prediction, CLASSES, PALETTE,
+                           model_name='cbsa_vit-demo', image_name='img_0')
+    assert 'img_0' in clean.get_suptitle()
+    assert 'sigma 0' in clean.get_suptitle()
+
+
+def test_overlay_with_ground_truth_marks_classes_in_one_panel():
+    from mmseg_whitebox.apis.overlay import overlay_figure
+    image = np.zeros((6, 6, 3), dtype=np.uint8)
+    truth = np.full((6, 6), 2, dtype=np.int64)
+    truth[0] = 255
+    prediction = np.full((6, 6), 2, dtype=np.int64)
+    prediction[:, 0] = 4
+    truth[:, 5] = 0
+    fig = overlay_figure(image, prediction, CLASSES, PALETTE,
+                         model_name='m', ground_truth=truth)
+    assert [ax.get_title() for ax in fig.axes] == [
+        'ground truth\n(darkened: ignored)', 'prediction']
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        'wall (ground truth only)', 'tree', 'road (prediction only)']
+
+
+def test_config_name_is_the_config_file_stem():
+    from mmseg_whitebox.apis.overlay import config_name
+    model = types.SimpleNamespace(cfg=types.SimpleNamespace(
+        filename='/x/configs/cbsa/cbsa_vit-demo_1xb8.py'))
+    assert config_name(model) == 'cbsa_vit-demo_1xb8'
+    assert config_name(types.SimpleNamespace()) == 'SimpleNamespace'

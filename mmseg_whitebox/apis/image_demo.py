@@ -12,7 +12,6 @@ time.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import os.path as osp
 from typing import List, Optional, Sequence, Tuple
@@ -26,12 +25,11 @@ from mmseg_whitebox.utils.input_checks import (check_device,
                                                check_output_file,
                                                check_writable_folder)
 
+from .overlay import new_visualizer
+
 #: file endings read as images in a folder (as mmcv reads them)
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff',
                     '.webp')
-
-#: names of the visualizers made here (mmengine keeps every instance)
-_visualizer_ids = itertools.count()
 
 
 def list_images(path: str) -> List[str]:
@@ -130,15 +128,8 @@ def overlay_images(model, images: Sequence[str], outputs: Sequence[str],
     import mmcv
     from mmengine.utils import ProgressBar
     from mmseg.apis import inference_model
-    from mmseg.visualization import SegLocalVisualizer
 
-    classes, palette = dataset_meta(model)
-    # a visualizer of its own: the global 'visualizer' instance may be a
-    # runner's, with other backends and settings
-    visualizer = SegLocalVisualizer(
-        name=f'mmseg_whitebox_image_demo_{next(_visualizer_ids)}',
-        alpha=opacity)
-    visualizer.set_dataset_meta(classes, palette)
+    visualizer = new_visualizer(*dataset_meta(model), opacity)
     bar = ProgressBar(len(images)) if progress and len(images) > 1 else None
     written = []
     for image_path, out in zip(images, outputs):

@@ -1,10 +1,18 @@
-"""``robustness.png``: mIoU against sigma (log axis), the mean over noise
-draws with its 95% confidence interval (error bars) and the min-max band,
-the AUC and sigma_50 in the legend (:mod:`.summary`), and per model its two
-references: the clean mIoU (dashed) and the mIoU with the perturbed
-attention removed (dotted). One colour per model; its parameter groups
-(``--groups``) are drawn in that colour with their own markers and dashed
-lines, so a comparison of several models with groups stays readable."""
+"""``robustness.png``: mIoU against sigma (log axis, mIoU axis 0 to 100),
+the mean over noise draws with its spread, the AUC and sigma_50 in the
+legend (:mod:`.summary`), and per model its two references: the clean
+mIoU (dashed) and the mIoU with the perturbed attention removed (dotted).
+One colour per model; its parameter groups (``--groups``) are drawn in
+that colour with their own markers and dashed lines, so a comparison of
+several models with groups stays readable.
+
+The spread is what the draws can support (:func:`spread_drawing`): with
+at least :data:`MIN_DRAWS_FOR_T_INTERVAL` draws per sigma, error bars of
+the 95% t-interval (clipped to the mIoU range) and a min-max band; with
+fewer, the t-interval is too wide to read (t_{0.975,1} = 12.7 for two
+draws), so the min-max range alone. Each legend entry says which, and over
+how many draws.
+"""
 from __future__ import annotations
 
 import os.path as osp
@@ -19,6 +27,10 @@ Results = Dict[str, Any]
 
 #: markers of a model's parameter-group curves (its whole selection: 'o')
 GROUP_MARKERS = ('s', '^', 'v', 'D', 'P', 'X')
+#: fewest draws per sigma for which error bars show the 95% t-interval
+MIN_DRAWS_FOR_T_INTERVAL = 5
+#: mIoU is a percentage: the axis shows all of it and nothing beyond
+MIOU_RANGE = (0.0, 100.0)
 
 
 def load_results(folder: str) -> Results:
@@ -34,22 +46,81 @@ def result_label(results: Results, folder: str) -> str:
         osp.normpath(folder))
 
 
-def plot_robustness(runs: Sequence[Tuple[str, Results]],
-                    out_file: str,
-                    title: Optional[str] = None,
-                    sigmas: Optional[Sequence[float]] = None) -> str:
-    """Draw one or several sweeps (``(label, results)`` pairs) into
-    ``out_file``; returns the path. ``sigmas`` restricts the AUC and
+def draws_text(points: Sequence[Dict[str, Any]]) -> str:
+    """'2 draws', '1 draw' or '2-3 draws' (a resumed sweep may differ
+    per sigma)."""
+    counts = sorted({q['draws'] for q in points})
+    span = (f'{counts[0]}' if len(counts) == 1 else
+            f'{counts[0]}-{counts[-1]}')
+    return f'{span} draw' + ('' if counts == [1] else 's')
+
+
+def spread_drawing(points: Sequence[Dict[str, Any]],
+                   is_group: bool) -> Tuple[Optional[str], bool]:
+    """What shows a curve's spread over draws: the kind of its error bars
+    (``'t-interval'``, ``'min-max'`` or None) and whether a min-max band is
+    shaded. With enough draws at every sigma, t-interval bars (and a band
+    for a whole selection); with fewer, the min-max range alone: a band
+    for a whole selection, bars for a group (bands of one colour stacked
+    would not read); a single draw has no spread."""
+    fewest = min(q['draws'] for q in points)
+    if fewest >= MIN_DRAWS_FOR_T_INTERVAL:
+        return 't-interval', not is_group
+    if fewest > 1:
+        return ('min-max', False) if is_group else (None, True)
+    return None, False
+
+
+def spread_label(points: Sequence[Dict[str, Any]], bars: Optional[str],
+                 band: bool) -> str:
+    """The legend's words for a curve's spread, with the number of
+    draws."""
+    draws = draws_text(points)
+    if bars is None and not band:
+        return f'{draws}: no spread'
+    parts = []
+    if bars == 't-interval':
+        parts.append(f'bars: 95% t-interval over {draws}')
+    elif bars == 'min-max':
+        parts.append(f'bars: min-max over {draws}')
+    if band:
+        parts.append('band: min-max' + ('' if bars else f' over {draws}'))
+    if bars != 't-interval':
+        parts.append(f'no t-interval below {MIN_DRAWS_FOR_T_INTERVAL} draws')
+    return ', '.join(parts)
+
+
+def error_bars(points: Sequence[Dict[str, Any]],
+               bars: Optional[str]) -> Optional[List[List[float]]]:
+    """Asymmetric error-bar lengths (below, above the mean) of the
+    t-interval, its ends clipped to :data:`MIOU_RANGE` (an mIoU beyond it
+    cannot occur), or of the min-max range; None without bars."""
+    if bars is None:
+        return None
+    low, high = MIOU_RANGE
+    if bars == 't-interval':
+        ends = [(max(low, q['ci95_low']), min(high, q['ci95_high']))
+                for q in points]
+    else:
+        ends = [(q['min'], q['max']) for q in points]
+    return [[q['mean'] - bottom for q, (bottom, _) in zip(points, ends)],
+            [top - q['mean'] for q, (_, top) in zip(points, ends)]]
+
+
+def robustness_figure(runs: Sequence[Tuple[str, Results]],
+                      title: Optional[str] = None,
+                      sigmas: Optional[Sequence[float]] = None):
+    """The :class:`matplotlib.figure.Figure` of one or several sweeps
+    (``(label, results)`` pairs). ``sigmas`` restricts the AUC and
     sigma_50 in the legend to those noise levels (a comparison's common
     ones)."""
     import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+    fig = Figure(figsize=(8, 5))  # no pyplot: nothing global to close
+    ax = fig.subplots()
+    colors = matplotlib.rcParams['axes.prop_cycle'].by_key()['color']
     notes: List[str] = []
-    entries = 0
     for i, (label, results) in enumerate(runs):
         color = colors[i % len(colors)]
         clean = (results.get('clean') or {}).get('mIoU')
@@ -64,29 +135,10 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
             points = [q for q in curves[selection]['points']
                       if q['sigma'] > 0] if selection else []
             if points:
-                xs = [q['sigma'] for q in points]
-                summary = summaries[selection]
                 is_group = group_of(selection) is not None
-                if is_group:
-                    marker = GROUP_MARKERS[groups % len(GROUP_MARKERS)]
-                    groups += 1
-                    style = dict(fmt=f'{marker}--', linewidth=1,
-                                 markersize=4, alpha=0.85)
-                else:
-                    style = dict(fmt='o-')
-                ax.errorbar(xs, [q['mean'] for q in points],
-                            yerr=[q['ci95'] or 0.0 for q in points],
-                            color=color, capsize=2, **style,
-                            label=f'{name}: noise ({mode} sigma), AUC '
-                            f'{fmt(summary["auc"], 3)}, sigma_50 '
-                            + fmt_sigma50(summary['sigma_50'],
-                                          summary['sigma_min'],
-                                          summary['sigma_max']))
-                entries += 1
-                if not is_group:  # one min-max band per model
-                    ax.fill_between(xs, [q['min'] for q in points],
-                                    [q['max'] for q in points],
-                                    color=color, alpha=0.2, linewidth=0)
+                _draw_curve(ax, points, summaries[selection], name, mode,
+                            color, is_group, groups)
+                groups += int(is_group)
             if clean is not None and 'clean' not in drawn:
                 drawn.add('clean')
                 ax.axhline(clean, color=color, linestyle='--', linewidth=1,
@@ -108,20 +160,54 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
                         'unused and its robustness is not informative')
     ax.set_xscale('log')
     ax.set_xlabel('sigma (noise std on the selected parameters)')
-    ax.set_ylabel('mIoU')
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel('mIoU (%)')
+    ax.set_ylim(*MIOU_RANGE)
     ax.grid(True, which='both', alpha=0.3)
     ax.set_title(title or 'Robustness to parameter noise')
-    if entries > 4:  # beside the axes, so it hides no curve
-        ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
-    else:
-        ax.legend(fontsize=7, loc='lower left')
+    # beside the axes, so it hides no curve and no band
+    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
     if notes:
         fig.text(0.01, 0.01, '\n'.join(notes), fontsize=7, color='darkred',
                  va='bottom')
         fig.subplots_adjust(bottom=0.12 + 0.03 * len(notes))
-    save_figure(fig, out_file, dpi=120, bbox_inches='tight')
-    plt.close(fig)
+    return fig
+
+
+def _draw_curve(ax, points: Sequence[Dict[str, Any]],
+                summary: Dict[str, Any], name: str, mode: str, color: str,
+                is_group: bool, group_index: int) -> None:
+    """One selection's mean curve with its spread (:func:`spread_drawing`);
+    a group curve has its own marker and a dashed line."""
+    xs = [q['sigma'] for q in points]
+    means = [q['mean'] for q in points]
+    bars, band = spread_drawing(points, is_group)
+    if is_group:
+        marker = GROUP_MARKERS[group_index % len(GROUP_MARKERS)]
+        style = dict(fmt=f'{marker}--', linewidth=1, markersize=4,
+                     alpha=0.85)
+    else:
+        style = dict(fmt='o-')
+    label = (f'{name}: noise ({mode} sigma), AUC {fmt(summary["auc"], 3)},'
+             ' sigma_50 ' + fmt_sigma50(summary['sigma_50'],
+                                        summary['sigma_min'],
+                                        summary['sigma_max']) +
+             '\n  ' + spread_label(points, bars, band))
+    ax.errorbar(xs, means, yerr=error_bars(points, bars), color=color,
+                capsize=2, label=label, **style)
+    if band:
+        ax.fill_between(xs, [q['min'] for q in points],
+                        [q['max'] for q in points], color=color, alpha=0.2,
+                        linewidth=0)
+
+
+def plot_robustness(runs: Sequence[Tuple[str, Results]],
+                    out_file: str,
+                    title: Optional[str] = None,
+                    sigmas: Optional[Sequence[float]] = None) -> str:
+    """Save :func:`robustness_figure` of ``runs`` to ``out_file``;
+    returns the path."""
+    save_figure(robustness_figure(runs, title, sigmas), out_file, dpi=120,
+                bbox_inches='tight')
     return out_file
 
 

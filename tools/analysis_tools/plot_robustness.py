@@ -4,10 +4,12 @@
         --out compare.png [--labels A B ...] [--title TEXT]
 
 Each SWEEP_DIR is an output folder of tools/noise_robustness.py. Every model
-gets its noise curve (mean with 95% CI error bars, min-max band; AUC and
-sigma_50 in the legend), its clean mIoU (dashed) and its mIoU with the
-perturbed attention removed (dotted). For a table as well, see
-compare_robustness.py.
+gets its noise curve (the mean over draws with 95% t-interval error bars
+and a min-max band from 5 draws per sigma, the min-max band alone with
+fewer; the legend says which and over how many draws, with AUC and
+sigma_50), its clean mIoU (dashed) and its mIoU with the perturbed
+attention removed (dotted), on an mIoU axis from 0 to 100. For a table as
+well, see compare_robustness.py.
 """
 import argparse
 

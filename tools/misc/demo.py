@@ -12,7 +12,8 @@
    parameters and decoder GFLOPs at 512x512 (mmengine's analysis);
 4. runs single-image inference through ``mmseg.apis`` (``init_model``,
    ``inference_model``) and saves an overlay PNG (ground truth |
-   prediction) drawn by mmseg's ``SegLocalVisualizer``;
+   prediction, painted by mmseg's ``SegLocalVisualizer``) titled with the
+   model and its sigma, with a legend of the classes present;
 5. sweeps each model over decoder-attention noise with
    ``tools/noise_robustness.py`` (clean, attention-removed and noisy
    mIoU, attention usage) and overlays them in one plot.
@@ -47,7 +48,6 @@ from mmseg_whitebox.utils.demo_models import (DEFAULT_MODELS, DEMO_MODELS,
 
 # the repository root: configs are named relative to it, tools run in it
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-OVERLAY_SCALE = 3
 SWEEP_SIGMAS = ('0.001', '0.003', '0.01', '0.03', '0.1', '0.3', '1.0')
 
 
@@ -143,15 +143,15 @@ def decoder_complexity(model) -> Dict[str, float]:
 
 
 def infer_and_draw(model, data_root: str, out_file: str) -> Dict:
-    """Single-image inference through mmseg.apis, overlay by mmseg's
-    visualizer (left: ground truth, right: prediction)."""
+    """Single-image inference through mmseg.apis; the overlay (ground
+    truth | prediction, painted by mmseg's visualizer) names the model and
+    its sigma and has a legend of the classes present."""
     import mmcv
     import numpy as np
-    import torch
-    from mmengine.structures import PixelData
     from mmseg.apis import inference_model
-    from mmseg.structures import SegDataSample
-    from mmseg.visualization import SegLocalVisualizer
+
+    from mmseg_whitebox.apis.image_demo import dataset_meta
+    from mmseg_whitebox.apis.overlay import config_name, overlay_figure
 
     name = sample_name('validation', 0)
     img_path = osp.join(data_root, 'images', 'validation', name + '.jpg')
@@ -161,24 +161,9 @@ def infer_and_draw(model, data_root: str, out_file: str) -> Dict:
     gt[gt < 0] = 255  # reduce_zero_label: "other" is ignored
     pred = result.pred_sem_seg.data[0].numpy()
     valid = gt != 255
-
-    # the synthetic images are small: draw them 3x larger
-    def enlarged(labels: np.ndarray) -> PixelData:
-        big = mmcv.imrescale(labels.astype(np.uint8), OVERLAY_SCALE,
-                             interpolation='nearest')
-        return PixelData(data=torch.from_numpy(big.astype(np.int64)[None]))
-
-    drawn = SegDataSample(gt_sem_seg=enlarged(gt),
-                          pred_sem_seg=enlarged(pred))
-    visualizer = SegLocalVisualizer(name=f'demo-{time.time()}', alpha=0.6)
-    # (not via __init__: mmseg 1.2.2 swaps classes and palette there)
-    visualizer.set_dataset_meta(model.dataset_meta['classes'],
-                                model.dataset_meta['palette'])
-    image = mmcv.imrescale(mmcv.imread(img_path, channel_order='rgb'),
-                           OVERLAY_SCALE, interpolation='nearest')
-    visualizer.add_datasample(
-        name, image, drawn, draw_gt=True, draw_pred=True,
-        out_file=out_file, with_labels=False)
+    overlay_figure(mmcv.imread(img_path, channel_order='rgb'), pred,
+                   *dataset_meta(model), model_name=config_name(model),
+                   ground_truth=gt, image_name=name, out_file=out_file)
     return dict(image=img_path, overlay=out_file,
                 pixel_accuracy=float((pred[valid] == gt[valid]).mean() * 100))
 

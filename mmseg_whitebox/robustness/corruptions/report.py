@@ -103,20 +103,20 @@ def markdown_table(summary: Dict[str, Any],
     return '\n'.join(lines) + '\n'
 
 
-def plot_corruptions(summary: Dict[str, Any],
-                     results: Dict[str, Dict[Any, float]],
-                     severities: Sequence[int], out_file: str,
-                     title: Optional[str] = None,
-                     metric: str = 'mIoU') -> str:
-    """``metric`` against severity, one line per corruption, with the mean
-    over corruptions per severity, the mPC and the clean value as
-    horizontal lines; returns ``out_file``."""
+def corruption_figure(summary: Dict[str, Any],
+                      results: Dict[str, Dict[Any, float]],
+                      severities: Sequence[int],
+                      title: Optional[str] = None, metric: str = 'mIoU'):
+    """The :class:`matplotlib.figure.Figure` of ``metric`` (a percentage,
+    axis 0 to 100) against severity, one line per corruption, with the
+    mean over corruptions per severity, the mPC and the clean value as
+    horizontal lines."""
     import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    cmap = plt.get_cmap('tab20')
+    fig = Figure(figsize=(8, 5))  # no pyplot: nothing global to close
+    ax = fig.subplots()
+    cmap = matplotlib.colormaps['tab20']
     for i, c in enumerate(summary['per_corruption']):
         per = {int(s): v for s, v in results.get(c, {}).items()}
         xs = [s for s in severities if s in per]
@@ -137,11 +137,21 @@ def plot_corruptions(summary: Dict[str, Any],
                    + ('' if rpc is None else f' (rPC {100 * rpc:.1f}%)'))
     ax.set_xticks(list(severities))
     ax.set_xlabel('severity')
-    ax.set_ylabel(metric)
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel(f'{metric} (%)')
+    ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
     ax.set_title(title or f'{metric} under input corruptions')
     ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.01, 0.5))
-    save_figure(fig, out_file, dpi=120, bbox_inches='tight')
-    plt.close(fig)
+    return fig
+
+
+def plot_corruptions(summary: Dict[str, Any],
+                     results: Dict[str, Dict[Any, float]],
+                     severities: Sequence[int], out_file: str,
+                     title: Optional[str] = None,
+                     metric: str = 'mIoU') -> str:
+    """Save :func:`corruption_figure` to ``out_file``; returns the path."""
+    save_figure(corruption_figure(summary, results, severities, title,
+                                  metric),
+                out_file, dpi=120, bbox_inches='tight')
     return out_file

@@ -19,8 +19,9 @@ they arise, without forking mmseg's datasets:
     Placed right after ``LoadAnnotations``: the label must be single-channel,
     of its image's size, with values in ``[0, num_classes)`` or the ignore
     index, and a 16-bit label file must hold no value above 255 (mmseg
-    casts labels to 8 bits: 258 would become 2). ``num_classes``/``ignore_index`` default to the dataset's (filled
-    in by ``CheckedSegDataset``). Costs a few array reductions per sample.
+    casts labels to 8 bits: 258 would become 2). ``num_classes`` and
+    ``ignore_index`` default to the dataset's (filled in by
+    ``CheckedSegDataset``). Costs a few array reductions per sample.
 
 Both raise :class:`DatasetCheckError`.
 """

@@ -7,13 +7,15 @@ unpickling is refused, never executed) or from ``.safetensors``.
 from __future__ import annotations
 
 import os.path as osp
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
-from mmseg_whitebox.utils.atomic import check_not_input, save_torch
+from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+from mmseg_whitebox.utils.atomic import check_not_input, save_torch, write_text
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
+from mmseg_whitebox.utils.model_index import resources_root
 
 StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
@@ -99,3 +101,78 @@ def check_fits_backbone(state: StateDict, config: str) -> None:
     backbone = MODELS.build(dict(cfg.model.backbone, init_cfg=None))
     check_pretrained(backbone, state, f'the converted weights (for '
                      f'{config})')
+
+
+def _dataset_meta(cfg: Any, num_classes: int) -> dict:
+    """The config's dataset classes and palette, if there are as many
+    classes as the checkpoint predicts (what ``init_model`` shows)."""
+    from mmseg.registry import DATASETS
+    try:
+        dataset = cfg.test_dataloader.dataset
+        # the project's CheckedSegDataset wraps mmseg's dataset_type
+        meta = DATASETS.get(dataset.get('dataset_type',
+                                        dataset.type)).METAINFO
+    except Exception:  # no dataset in the config, or an unknown type
+        return {}
+    if len(meta.get('classes', ())) != num_classes:
+        return {}
+    return dict(classes=list(meta['classes']),
+                palette=[list(c) for c in meta['palette']])
+
+
+def convert_segmenter_file(src: str, dst: str,
+                           variant: Optional[str] = None,
+                           config: Optional[str] = None,
+                           out_config: Optional[str] = None,
+                           released_gradients: bool = False
+                           ) -> Dict[str, Any]:
+    """A published checkpoint of the Segmenter codebase (Segmenter, DEPICT,
+    CBT; ``variant.yml`` beside it unless given) as a whole mmseg
+    segmentor: the weights, loaded strictly into the model of ``config``
+    (default: this project's config for the decoder, size and classes)
+    with what the checkpoint needs beyond it, written to ``dst``, and a
+    config inheriting ``config`` with those settings, written to
+    ``out_config`` (default: ``dst`` with ``.py``). Nothing is written
+    unless every key maps and the strict load succeeds (``ValueError``
+    naming the keys). Returns what was done, for the tool's printout."""
+    explicit_variant = variant is not None
+    variant = variant or osp.join(osp.dirname(osp.abspath(src)),
+                                  'variant.yml')
+    out_config = out_config or osp.splitext(dst)[0] + '.py'
+    check_not_input(dst, [src, variant, config], 'DST')
+    check_not_input(out_config, [src, variant, config, dst], '--out-config')
+    state = read_state_dict(src)
+    net = (sc.read_variant(variant)
+           if explicit_variant or osp.isfile(variant) else None)
+    model = sc.describe(state, net)
+    converted, dropped, unmapped = sc.segmenter_to_mmseg(state, model.kind)
+    if unmapped:
+        raise ValueError(
+            f'{len(unmapped)} keys of {src} cannot be mapped onto the '
+            f'{model.kind} model: {", ".join(unmapped)}' +
+            ('; distilled DeiT encoders (dist_token) have no counterpart '
+             "in mmseg's VisionTransformer"
+             if 'encoder.dist_token' in unmapped else ''))
+    if released_gradients and model.kind != 'cbt':
+        raise ValueError('--released-gradients is for CBT checkpoints')
+    config = config or sc.pick_config(
+        model, osp.join(resources_root() or '', 'configs'))
+    if not osp.isfile(config):
+        raise ValueError(f'config {config!r} does not exist')
+    cfg, overrides, config_text = sc.converted_config(model, config,
+                                                      released_gradients)
+    sc.load_strictly(cfg.model.to_dict(), converted)
+    meta = dict(converted_from=osp.basename(src), decoder=model.kind,
+                config=osp.abspath(config), overrides=overrides,
+                variant=net or {},
+                dataset_meta=_dataset_meta(cfg, model.n_cls))
+    if not meta['dataset_meta']:
+        del meta['dataset_meta']
+    save_torch(dict(state_dict=converted, meta=meta), dst)
+    write_text(out_config,
+               f'# {model.kind} checkpoint {osp.basename(src)}, converted '
+               'by tools/model_converters/segmenter2mmseg.py\n' +
+               config_text)
+    return dict(kind=model.kind, dst=dst, tensors=len(converted),
+                dropped=dropped, config=config, out_config=out_config,
+                overrides=list(overrides), notes=list(model.notes))

@@ -47,34 +47,9 @@ written.
 import argparse
 import os.path as osp
 
-from mmengine.config import Config
-
 import mmseg_whitebox  # noqa: F401  (compat first, registers the heads)
-from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
-from mmseg_whitebox.utils.atomic import (check_not_input, save_torch,
-                                         write_text)
 from mmseg_whitebox.utils.cli import ToolError, run_tool
-from mmseg_whitebox.utils.state_dicts import read_state_dict
-
-CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))), 'configs')
-
-
-def dataset_meta(cfg: Config, num_classes: int) -> dict:
-    """The config's dataset classes and palette, if there are as many
-    classes as the checkpoint predicts (what ``init_model`` shows)."""
-    from mmseg.registry import DATASETS
-    try:
-        dataset = cfg.test_dataloader.dataset
-        # the project's CheckedSegDataset wraps mmseg's dataset_type
-        meta = DATASETS.get(dataset.get('dataset_type',
-                                        dataset.type)).METAINFO
-    except Exception:  # no dataset in the config, or an unknown type
-        return {}
-    if len(meta.get('classes', ())) != num_classes:
-        return {}
-    return dict(classes=list(meta['classes']),
-                palette=[list(c) for c in meta['palette']])
+from mmseg_whitebox.utils.state_dicts import convert_segmenter_file
 
 
 def main(argv=None) -> None:
@@ -91,55 +66,21 @@ def main(argv=None) -> None:
                    'representatives (attn_cfg.rep_stop_grad=False), as '
                    'the released code fine-tunes')
     args = p.parse_args(argv)
-    variant = args.variant or osp.join(osp.dirname(osp.abspath(args.src)),
-                                       'variant.yml')
-    out_config = args.out_config or osp.splitext(args.dst)[0] + '.py'
     try:
-        check_not_input(args.dst, [args.src, variant, args.config], 'DST')
-        check_not_input(out_config, [args.src, variant, args.config,
-                                     args.dst], '--out-config')
-        state = read_state_dict(args.src)
-        net = (sc.read_variant(variant)
-               if args.variant or osp.isfile(variant) else None)
-        model = sc.describe(state, net)
-        converted, dropped, unmapped = sc.segmenter_to_mmseg(state,
-                                                             model.kind)
-        if unmapped:
-            raise ValueError(
-                f'{len(unmapped)} keys of {args.src} cannot be mapped onto '
-                f'the {model.kind} model: {", ".join(unmapped)}' +
-                ('; distilled DeiT encoders (dist_token) have no '
-                 "counterpart in mmseg's VisionTransformer"
-                 if 'encoder.dist_token' in unmapped else ''))
-        if args.released_gradients and model.kind != 'cbt':
-            raise ValueError('--released-gradients is for CBT checkpoints')
-        config = args.config or sc.pick_config(model, CONFIGS)
-        if not osp.isfile(config):
-            raise ValueError(f'config {config!r} does not exist')
-        cfg, overrides, config_text = sc.converted_config(
-            model, config, args.released_gradients)
-        sc.load_strictly(cfg.model.to_dict(), converted)
+        done = convert_segmenter_file(args.src, args.dst, args.variant,
+                                      args.config, args.out_config,
+                                      args.released_gradients)
     except ValueError as exc:
         raise ToolError(str(exc)) from exc
-    meta = dict(converted_from=osp.basename(args.src), decoder=model.kind,
-                config=osp.abspath(config), overrides=overrides,
-                variant=net or {},
-                dataset_meta=dataset_meta(cfg, model.n_cls))
-    if not meta['dataset_meta']:
-        del meta['dataset_meta']
-    save_torch(dict(state_dict=converted, meta=meta), args.dst)
-    write_text(out_config,
-               f'# {model.kind} checkpoint {osp.basename(args.src)}, '
-               'converted by tools/model_converters/segmenter2mmseg.py\n' +
-               config_text)
-    print(f'{model.kind} checkpoint -> {args.dst} ({len(converted)} tensors, '
-          'loaded strictly)' +
-          (f'; dropped the classifier ({", ".join(dropped)})'
-           if dropped else ''))
-    print(f'config: {out_config} (inherits {osp.relpath(config)}' +
-          (f'; sets {", ".join(k[6:] for k in overrides)})'
-           if overrides else ')'))
-    for note in model.notes:
+    print(f'{done["kind"]} checkpoint -> {done["dst"]} ({done["tensors"]} '
+          'tensors, loaded strictly)' +
+          (f'; dropped the classifier ({", ".join(done["dropped"])})'
+           if done['dropped'] else ''))
+    print(f'config: {done["out_config"]} (inherits '
+          f'{osp.relpath(done["config"])}' +
+          (f'; sets {", ".join(k[6:] for k in done["overrides"])})'
+           if done['overrides'] else ')'))
+    for note in done['notes']:
         print(f'note: {note}')
 
 

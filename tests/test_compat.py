@@ -17,7 +17,8 @@ def test_apply_is_idempotent_and_reports_status():
     second = compat.apply()
     assert first == second == compat.STATUS
     assert set(first) == {'torchvision_shim', 'mmcv_ops_shim',
-                          'weights_only_loader'}
+                          'weights_only_loader', 'no_unsafe_load_fallback',
+                          'stack'}
 
 
 def test_mmseg_and_timm_import_after_compat():

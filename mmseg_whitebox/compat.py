@@ -48,6 +48,16 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     files. Skipped on mmengine 0.10.7, whose loaders call ``torch.load``
     without that fallback (weights-only by default since torch 2.6).
 
+``resume replays skipped batches`` (onedl-mmengine only)
+    On ``--resume`` the fork's iteration loop fast-forwards the sampler (or
+    advances it index by index) without loading the batches already
+    trained on, so the data pipeline's random transforms draw different
+    numbers than in the uninterrupted run and a resumed run is no longer
+    bitwise equal to it; its lazily created DataLoader iterator also draws
+    from torch's random state after the resume restored it. The fix loads
+    and discards each skipped batch and keeps the restored state, as
+    mmengine 0.10.7 does. Skipped on mmengine 0.10.7 (no ``skip_iter``).
+
 ``STATUS`` maps each fix to whether it is in effect and, once
 :func:`apply` ran, ``'stack'`` to the OpenMMLab distributions found
 (:func:`stack`: ``default`` = mmsegmentation 1.2.2 / mmengine / mmcv-lite,
@@ -379,6 +389,35 @@ def patch_safe_torch_load() -> bool:
     return True
 
 
+def _replay_skipped_batches(self: Any, num_iters: int) -> None:
+    """``_InfiniteDataloaderIterator.skip_iter`` as mmengine 0.10.7 resumes:
+    each skipped batch is loaded, so the pipeline's random transforms
+    advance exactly as in the uninterrupted run. Creating the DataLoader
+    iterator draws its base seed from torch's generator; 0.10.7 does that
+    before the resume restores torch's random state (see
+    :class:`RNGStateCheckpointHook`), so here the draw must leave that
+    restored state as it was."""
+    state = torch.get_rng_state()
+    self._ensure_iterator()
+    torch.set_rng_state(state)
+    for _ in range(num_iters):
+        next(self)
+
+
+def patch_resume_skip() -> bool:
+    """Make onedl-mmengine's resume load the skipped batches.
+
+    Returns True if this mmengine's loop iterator has ``skip_iter`` (the
+    fork) and it is replaced, False otherwise (0.10.7).
+    """
+    from mmengine.runner import loops
+    iterator_cls = getattr(loops, '_InfiniteDataloaderIterator', None)
+    if iterator_cls is None or not hasattr(iterator_cls, 'skip_iter'):
+        return False
+    iterator_cls.skip_iter = _replay_skipped_batches
+    return True
+
+
 #: OpenMMLab distributions per stack, ``stack: (mmseg, mmengine, mmcv
 #: choices)``; the first stack whose mmseg distribution is installed wins
 STACKS = {
@@ -420,6 +459,7 @@ FIXES: Dict[str, str] = {
     'mmcv_ops_shim': 'patch_mmcv_ops',
     'weights_only_loader': 'patch_checkpoint_loader',
     'no_unsafe_load_fallback': 'patch_safe_torch_load',
+    'resume_replays_skipped_batches': 'patch_resume_skip',
 }
 
 

@@ -23,6 +23,8 @@ import                         fix of :mod:`mmseg_whitebox.compat`
 ``mmengine.runner.checkpoint`` ``weights_only_loader`` and
                                ``no_unsafe_load_fallback``, once it
                                loaded
+``mmengine.runner.loops``      ``resume_replays_skipped_batches``, once
+                               it loaded
 =============================  ========================================
 
 Each fix is applied by the same ``mmseg_whitebox.compat`` module that
@@ -50,6 +52,7 @@ TRIGGERS = {
     'mmcv.ops': (('mmcv_ops_shim', ), 'instead'),
     'mmengine.runner.checkpoint': (('weights_only_loader',
                                     'no_unsafe_load_fallback'), 'after'),
+    'mmengine.runner.loops': (('resume_replays_skipped_batches', ), 'after'),
 }
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 

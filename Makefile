@@ -1,18 +1,37 @@
-# Set-up and entry points. Both targets create .venv if missing and install
-# into it (idempotent: re-installs only when requirements change).
+# Set-up and entry points. Both targets create the stack's venv if missing
+# and install into it (idempotent: re-installs only when requirements
+# change).
 #
 #   make demo     synthetic data -> train -> test -> infer (CPU, minutes)
 #   make test     the whole pytest suite
 #
+# STACK picks the OpenMMLab stack, each in its own venv with its own pins:
+#   STACK=default  mmsegmentation 1.2.2 / mmengine 0.10.7 / mmcv-lite 2.1
+#                  (.venv, constraints.txt)
+#   STACK=onedl    the maintained fork onedl-mmsegmentation 1.4 /
+#                  onedl-mmengine 0.10 / onedl-mmcv 2.3 without compiled
+#                  ops, numpy 2 (.venv-onedl, constraints-onedl.txt);
+#                  e.g. make test STACK=onedl
+#
 # GPU users with their own CUDA torch in the venv: make test CONSTRAINTS=
 PYTHON ?= python3.11
+STACK ?= default
+ifeq ($(STACK),default)
 VENV ?= .venv
-CONSTRAINTS ?= constraints.txt
+STACK_CONSTRAINTS := constraints.txt
+else ifeq ($(STACK),onedl)
+VENV ?= .venv-onedl
+STACK_CONSTRAINTS := constraints-onedl.txt
+else
+$(error STACK=$(STACK): choose STACK=default or STACK=onedl)
+endif
+CONSTRAINTS ?= $(STACK_CONSTRAINTS)
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.mmseg_whitebox-installed
 PYTEST_ARGS ?=
+EXTRAS := tests,deploy,corruptions
 
 .PHONY: install demo test clean-demo
 
@@ -21,13 +40,37 @@ install: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) requirements.txt constraints.txt pyproject.toml mmseg_whitebox/startup.py
+# default stack: the package with its requirements, then mmcv-lite
+define install_default
+	$(PIP) install $(PIP_C) -e ".[$(EXTRAS)]"
+	@# mmcv-lite unless an mmcv (e.g. a compiled one) is already there
+	$(PY) -c "import mmcv" 2>/dev/null || $(PIP) install $(PIP_C) "mmcv-lite>=2.0.0rc4,<2.2.0"
+endef
+
+# onedl stack: the fork first (same import names as mmsegmentation, mmengine
+# and mmcv, so those distributions must never be installed beside it), then
+# the package without its dependencies, then those dependencies and extras
+# except the OpenMMLab ones (read from the installed package's metadata)
+define install_onedl
+	@# onedl-mmcv built without torch in pip's build environment: no compiled
+	@# ops (pure Python, seconds; mmseg_whitebox.compat stands in for mmcv.ops)
+	$(PIP) install $(PIP_C) onedl-mmengine onedl-mmcv onedl-mmsegmentation
+	$(PIP) install $(PIP_C) --no-deps -e .
+	@echo "note: pip's resolver will say that mmseg-whitebox requires mmsegmentation and mmengine, 'which is not installed': expected, the onedl-* packages provide them"
+	$(PIP) install $(PIP_C) $$($(PY) -c "from importlib.metadata import requires; \
+	  from packaging.requirements import Requirement; \
+	  reqs = [Requirement(r) for r in requires('mmseg-whitebox')]; \
+	  print(' '.join(r.name + str(r.specifier) for r in reqs \
+	    if not r.name.startswith(('mmsegmentation', 'mmengine', 'mmcv')) \
+	    and (r.marker is None or any(r.marker.evaluate({'extra': e}) \
+	         for e in '$(EXTRAS)'.split(',')))))")
+endef
+
+$(STAMP): $(PY) requirements.txt $(STACK_CONSTRAINTS) pyproject.toml mmseg_whitebox/startup.py
 	@# torch first and alone, so pip takes the CPU build (see constraints.txt);
 	@# an existing torch (e.g. a CUDA build) is kept
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) torch==2.13.0
-	$(PIP) install $(PIP_C) -e ".[tests,deploy,corruptions]"
-	@# mmcv-lite unless an mmcv (e.g. a compiled one) is already there
-	$(PY) -c "import mmcv" 2>/dev/null || $(PIP) install $(PIP_C) "mmcv-lite>=2.0.0rc4,<2.2.0"
+	$(install_$(STACK))
 	@# startup hook (mmseg_whitebox_startup.pth in site-packages): the compat
 	@# fixes on first import of torchvision/mmcv.ops/mmengine, so import
 	@# order never matters; remove with -m mmseg_whitebox.startup --uninstall

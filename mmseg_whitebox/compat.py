@@ -1,6 +1,8 @@
 """Compatibility layer for the OpenMMLab 1.x stack on recent (CPU) PyTorch.
 
-mmsegmentation 1.2.2, mmengine 0.10.7 and mmcv < 2.2 predate torch 2.13.
+mmsegmentation 1.2.2, mmengine 0.10.7 and mmcv < 2.2 predate torch 2.13;
+the maintained fork (onedl-mmsegmentation 1.4, onedl-mmengine 0.10.8+,
+onedl-mmcv 2.3) needs a different subset of the fixes.
 :func:`apply` is called once when :mod:`mmseg_whitebox` is imported, before
 anything imports mmseg, and applies only the fixes a given environment needs:
 
@@ -36,6 +38,30 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     unpickling is refused with an error that says how to convert it
     (``python -m mmseg_whitebox.utils.weights_only``, from any directory);
     the protection is never switched off.
+
+``mmengine's weights-only fallback`` (onedl-mmengine only)
+    The maintained fork's ``mmengine.runner.checkpoint._safe_torch_load``,
+    which its other loaders (``s3://``, ``pavi://``, ``openmmlab://`` from
+    the mmengine home, ...) call, retries a refused weights-only load with
+    ``weights_only=False``, i.e. it unpickles whatever the file holds. The
+    fix replaces it with the same weights-only load and refusal as local
+    files. Skipped on mmengine 0.10.7, whose loaders call ``torch.load``
+    without that fallback (weights-only by default since torch 2.6).
+
+``resume replays skipped batches`` (onedl-mmengine only)
+    On ``--resume`` the fork's iteration loop fast-forwards the sampler (or
+    advances it index by index) without loading the batches already
+    trained on, so the data pipeline's random transforms draw different
+    numbers than in the uninterrupted run and a resumed run is no longer
+    bitwise equal to it; its lazily created DataLoader iterator also draws
+    from torch's random state after the resume restored it. The fix loads
+    and discards each skipped batch and keeps the restored state, as
+    mmengine 0.10.7 does. Skipped on mmengine 0.10.7 (no ``skip_iter``).
+
+``STATUS`` maps each fix to whether it is in effect and, once
+:func:`apply` ran, ``'stack'`` to the OpenMMLab distributions found
+(:func:`stack`: ``default`` = mmsegmentation 1.2.2 / mmengine / mmcv-lite,
+``onedl`` = the onedl-* fork).
 
 In the default install a startup hook (:mod:`mmseg_whitebox.startup`)
 applies each fix when what it fixes is first imported, so the order of
@@ -283,6 +309,30 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint needs full unpickling, which is refused on load."""
 
 
+def torch_load_weights_only(file: Any, map_location: Any = None) -> Any:
+    """``torch.load(file, weights_only=True)``; a file that needs full
+    unpickling raises :class:`UnsafeCheckpointError`, saying how to convert
+    it when ``file`` is a path."""
+    try:
+        return torch.load(file, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if isinstance(file, (str, os.PathLike)):
+            # absolute, so the printed command works from any directory
+            src = shlex.quote(os.path.abspath(file))
+            name = os.fspath(file)
+        else:
+            src, name = 'IN.pth', 'the checkpoint'
+        raise UnsafeCheckpointError(
+            f'Refusing to load {name}: it contains pickled Python '
+            'objects besides tensors, and unpickling them can run arbitrary '
+            'code, so it is only loaded with weights_only=True. It was '
+            'probably written by a plain mmengine run. If you trust the '
+            'file, convert it once with '
+            f'`{WEIGHTS_ONLY_CONVERTER} {src} OUT.pth --trust` and use '
+            'OUT.pth. '
+            f'(torch said: {str(exc).splitlines()[0]})') from exc
+
+
 def load_from_local_weights_only(filename: str,
                                  map_location: Any = None) -> Any:
     """``torch.load`` a local checkpoint with ``weights_only=True``.
@@ -302,22 +352,7 @@ def load_from_local_weights_only(filename: str,
     # "contains pickled Python objects"
     from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
     check_checkpoint_file(filename)
-    try:
-        checkpoint = torch.load(
-            filename, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        # absolute, so the printed command works from any directory
-        src = shlex.quote(os.path.abspath(filename))
-        raise UnsafeCheckpointError(
-            f'Refusing to load {filename}: it contains pickled Python '
-            'objects besides tensors, and unpickling them can run arbitrary '
-            'code, so it is only loaded with weights_only=True. It was '
-            'probably written by a plain mmengine run. If you trust the '
-            'file, convert it once with '
-            f'`{WEIGHTS_ONLY_CONVERTER} {src} OUT.pth --trust` and use '
-            'OUT.pth. '
-            f'(torch said: {str(exc).splitlines()[0]})') from exc
-    return decode_checkpoint(checkpoint)
+    return decode_checkpoint(torch_load_weights_only(filename, map_location))
 
 
 def patch_checkpoint_loader() -> bool:
@@ -330,6 +365,94 @@ def patch_checkpoint_loader() -> bool:
     return True
 
 
+def safe_torch_load_weights_only(file: Any,
+                                 map_location: Any = None,
+                                 weights_only: Any = None) -> Any:
+    """Stand-in for onedl-mmengine's ``_safe_torch_load``: always
+    weights-only (``weights_only`` is accepted and ignored), decoded as
+    :func:`load_from_local_weights_only` does, never a retry with full
+    unpickling."""
+    from mmseg_whitebox.utils.checkpoint_codec import decode_checkpoint
+    return decode_checkpoint(torch_load_weights_only(file, map_location))
+
+
+def patch_safe_torch_load() -> bool:
+    """Remove onedl-mmengine's fallback to ``weights_only=False``.
+
+    Returns True if mmengine has the fallback (``_safe_torch_load``) and it
+    is replaced, False on an mmengine without it (0.10.7).
+    """
+    from mmengine.runner import checkpoint
+    current = getattr(checkpoint, '_safe_torch_load', None)
+    if current is None:
+        return False
+    if current is not safe_torch_load_weights_only:
+        checkpoint._safe_torch_load = safe_torch_load_weights_only
+    return True
+
+
+def _replay_skipped_batches(self: Any, num_iters: int) -> None:
+    """``_InfiniteDataloaderIterator.skip_iter`` as mmengine 0.10.7 resumes:
+    each skipped batch is loaded, so the pipeline's random transforms
+    advance exactly as in the uninterrupted run. Creating the DataLoader
+    iterator draws its base seed from torch's generator; 0.10.7 does that
+    before the resume restores torch's random state (see
+    :class:`RNGStateCheckpointHook`), so here the draw must leave that
+    restored state as it was."""
+    state = torch.get_rng_state()
+    self._ensure_iterator()
+    torch.set_rng_state(state)
+    for _ in range(num_iters):
+        next(self)
+
+
+def patch_resume_skip() -> bool:
+    """Make onedl-mmengine's resume load the skipped batches.
+
+    Returns True if this mmengine's loop iterator has ``skip_iter`` (the
+    fork) and it is replaced, False otherwise (0.10.7).
+    """
+    from mmengine.runner import loops
+    iterator_cls = getattr(loops, '_InfiniteDataloaderIterator', None)
+    if iterator_cls is None or not hasattr(iterator_cls, 'skip_iter'):
+        return False
+    iterator_cls.skip_iter = _replay_skipped_batches
+    return True
+
+
+#: OpenMMLab distributions per stack, ``stack: (mmseg, mmengine, mmcv
+#: choices)``; the first stack whose mmseg distribution is installed wins
+STACKS = {
+    'onedl': ('onedl-mmsegmentation', 'onedl-mmengine', ('onedl-mmcv', )),
+    'default': ('mmsegmentation', 'mmengine', ('mmcv-lite', 'mmcv')),
+}
+
+
+def stack() -> Dict[str, str]:
+    """Which OpenMMLab stack is installed: ``{'name': 'default' | 'onedl' |
+    'unknown', distribution: version, ...}`` (torch and numpy too)."""
+    from importlib import metadata
+
+    def version(dist: str) -> Any:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    found: Dict[str, str] = {'name': 'unknown'}
+    for name, (mmseg_dist, mmengine_dist, mmcv_dists) in STACKS.items():
+        if version(mmseg_dist) is None:
+            continue
+        found['name'] = name
+        for dist in (mmseg_dist, mmengine_dist) + mmcv_dists:
+            if version(dist) is not None:
+                found[dist] = version(dist)
+        break
+    for dist in ('torch', 'numpy'):
+        found[dist] = version(dist)
+    return found
+
+
 #: every fix, ``name: function``, in the order :func:`apply` applies them
 #: (the startup hook, :mod:`mmseg_whitebox.startup`, applies each one on its
 #: own when what it fixes is imported)
@@ -337,6 +460,8 @@ FIXES: Dict[str, str] = {
     'torchvision_shim': 'patch_torchvision',
     'mmcv_ops_shim': 'patch_mmcv_ops',
     'weights_only_loader': 'patch_checkpoint_loader',
+    'no_unsafe_load_fallback': 'patch_safe_torch_load',
+    'resume_replays_skipped_batches': 'patch_resume_skip',
 }
 
 
@@ -352,8 +477,11 @@ def apply() -> Dict[str, Any]:
     """Apply every fix this environment needs; safe to call repeatedly,
     also after the startup hook applied some of them.
 
-    Returns a dict ``{fix name: applied?}`` (also kept in :data:`STATUS`).
+    Returns a dict ``{fix name: applied?, 'stack': stack()}`` (also kept in
+    :data:`STATUS`).
     """
     for name in FIXES:
         apply_fix(name)
+    if 'stack' not in STATUS:
+        STATUS['stack'] = stack()
     return dict(STATUS)

@@ -20,7 +20,11 @@ import                         fix of :mod:`mmseg_whitebox.compat`
 ``torchvision``                ``torchvision_shim``, before it loads
 ``mmcv.ops``                   ``mmcv_ops_shim`` (the stand-in), only
                                when there is no compiled ``mmcv._ext``
-``mmengine.runner.checkpoint`` ``weights_only_loader``, once it loaded
+``mmengine.runner.checkpoint`` ``weights_only_loader`` and
+                               ``no_unsafe_load_fallback``, once it
+                               loaded
+``mmengine.runner.loops``      ``resume_replays_skipped_batches``, once
+                               it loaded
 =============================  ========================================
 
 Each fix is applied by the same ``mmseg_whitebox.compat`` module that
@@ -42,11 +46,13 @@ HOOK_MODULE = '_mmseg_whitebox_startup'
 PTH_NAME = 'mmseg_whitebox_startup.pth'
 #: set to 0 to switch the hook off for one run
 DISABLE_ENV = 'MMSEG_WHITEBOX_STARTUP_HOOK'
-#: first import of ``name`` -> (fix in mmseg_whitebox.compat, when)
+#: first import of ``name`` -> (fixes in mmseg_whitebox.compat, when)
 TRIGGERS = {
-    'torchvision': ('torchvision_shim', 'before'),
-    'mmcv.ops': ('mmcv_ops_shim', 'instead'),
-    'mmengine.runner.checkpoint': ('weights_only_loader', 'after'),
+    'torchvision': (('torchvision_shim', ), 'before'),
+    'mmcv.ops': (('mmcv_ops_shim', ), 'instead'),
+    'mmengine.runner.checkpoint': (('weights_only_loader',
+                                    'no_unsafe_load_fallback'), 'after'),
+    'mmengine.runner.loops': (('resume_replays_skipped_batches', ), 'after'),
 }
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -128,36 +134,38 @@ class CompatFinder:
             return None
         self._busy.add(fullname)  # imports made by the fix pass through
         try:
-            fix, when = TRIGGERS[fullname]
+            fixes, when = TRIGGERS[fullname]
             if when == 'before':
-                self._apply(fix)
+                self._apply(fixes)
             elif when == 'instead':
-                return self._mmcv_ops(fullname, fix)
+                return self._mmcv_ops(fullname, fixes)
             else:
-                return self._after(fullname, path, target, fix)
+                return self._after(fullname, path, target, fixes)
         except Exception as exc:  # never break the import itself
-            _warn(f'{TRIGGERS[fullname][0]} not applied on importing '
-                  f'{fullname}: {type(exc).__name__}: {exc}')
+            fixes = ', '.join(TRIGGERS[fullname][0])
+            _warn(f'{fixes} not applied on importing {fullname}: '
+                  f'{type(exc).__name__}: {exc}')
         finally:
             self._busy.discard(fullname)
         return None
 
-    def _apply(self, fix):
+    def _apply(self, fixes):
         compat = load_compat()
         if compat is not None:
-            self.applied[fix] = compat.apply_fix(fix)
+            for fix in fixes:
+                self.applied[fix] = compat.apply_fix(fix)
 
-    def _mmcv_ops(self, fullname, fix):
+    def _mmcv_ops(self, fullname, fixes):
         import importlib.util
         if importlib.util.find_spec('mmcv._ext') is not None:
             return None  # compiled mmcv: its own mmcv.ops
-        self._apply(fix)
+        self._apply(fixes)
         module = sys.modules.get(fullname)
         if getattr(module, '__mmseg_whitebox_shim__', False):
             return module.__spec__  # its loader hands over the stand-in
         return None
 
-    def _after(self, fullname, path, target, fix):
+    def _after(self, fullname, path, target, fixes):
         for finder in sys.meta_path:
             find_spec = getattr(finder, 'find_spec', None)
             if finder is self or find_spec is None:
@@ -169,7 +177,7 @@ class CompatFinder:
             return None
         if spec.loader is None or not hasattr(spec.loader, 'exec_module'):
             return spec
-        spec.loader = _FixAfterExec(spec.loader, lambda: self._apply(fix))
+        spec.loader = _FixAfterExec(spec.loader, lambda: self._apply(fixes))
         return spec
 
 

@@ -17,7 +17,8 @@ def test_apply_is_idempotent_and_reports_status():
     second = compat.apply()
     assert first == second == compat.STATUS
     assert set(first) == {'torchvision_shim', 'mmcv_ops_shim',
-                          'weights_only_loader'}
+                          'weights_only_loader', 'no_unsafe_load_fallback',
+                          'resume_replays_skipped_batches', 'stack'}
 
 
 def test_mmseg_and_timm_import_after_compat():
@@ -217,3 +218,44 @@ def test_checkpoint_loader_is_weights_only():
     from mmengine.runner.checkpoint import CheckpointLoader
     loader = CheckpointLoader._get_checkpoint_loader('/some/local.pth')
     assert loader is compat.load_from_local_weights_only
+
+
+class CountingDataset(torch.utils.data.Dataset):
+    """Counts how often an item is loaded (the pipeline runs)."""
+
+    def __init__(self):
+        self.loads = 0
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        self.loads += 1
+        return index
+
+
+def test_resume_loads_the_skipped_batches():
+    """Resuming iteration ``n`` runs the data pipeline for the ``n``
+    skipped batches, as mmengine 0.10.7 does (so random transforms draw
+    the same numbers as in an uninterrupted run)."""
+    from mmengine.dataset import InfiniteSampler
+    from mmengine.runner import loops
+    dataset = CountingDataset()
+
+    def iterator():  # a new sampler: a new run
+        return loops._InfiniteDataloaderIterator(torch.utils.data.DataLoader(
+            dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0)))
+
+    straight = iterator()
+    expected = [next(straight).tolist() for _ in range(3)]
+    dataset.loads = 0
+    resumed = iterator()
+    if hasattr(resumed, 'skip_iter'):
+        assert compat.STATUS['resume_replays_skipped_batches'] is True
+        resumed.skip_iter(2)
+    else:  # mmengine 0.10.7: its loop calls next() for each skipped batch
+        assert compat.STATUS['resume_replays_skipped_batches'] is False
+        for _ in range(2):
+            next(resumed)
+    assert dataset.loads == 4
+    assert next(resumed).tolist() == expected[2]

@@ -1,9 +1,10 @@
 """Helpers shared by the tests (import as ``from _helpers import ...``)."""
+import contextlib
 import os
 import os.path as osp
 import subprocess
 import sys
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Iterator, List, Tuple
 
 import numpy as np
 import torch
@@ -72,6 +73,17 @@ def created_tensors(fn: Callable[[], Any]
     with _CreatedTensors() as mode:
         result = fn()
     return result, mode.created
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default dtype inside the block (float64 comparisons)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
 
 
 def run_tool(args: List[str], timeout: int = 600,

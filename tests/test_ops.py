@@ -11,14 +11,14 @@ from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
                                 CrossMSSA)
 from mmseg_whitebox.ops.reference import straightforward_cbsa
 
+from _helpers import default_dtype
+
 
 @pytest.fixture(autouse=True)
 def float64():
     """Compare in double precision (to ~1e-10, not ~1e-5)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+    with default_dtype(torch.float64):
+        yield
 
 
 def bases(op):

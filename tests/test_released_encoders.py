@@ -26,7 +26,7 @@ from mmseg_whitebox.models.backbones.white_box_conversion import \
     white_box_to_mmseg
 from mmseg_whitebox.ops import CBSA
 
-from _helpers import REPO
+from _helpers import REPO, default_dtype
 
 LAYERS = 2
 TOLERANCE = 1e-12  # of the output's scale
@@ -35,10 +35,8 @@ PERTURBED = 1e-9  # a changed setting must move the output by more
 
 @pytest.fixture(autouse=True)
 def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+    with default_dtype(torch.float64):
+        yield
 
 
 # --- released weights, in the released key layouts --------------------

@@ -9,37 +9,20 @@ mmengine would report minutes later, or as a bare ``NotADirectoryError``,
 from __future__ import annotations
 
 import contextlib
-import os
-import os.path as osp
-import tempfile
 import urllib.error
 from typing import Any, Iterator, List, Optional
 
 from mmseg_whitebox.datasets.checks import DatasetCheckError
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError
 from mmseg_whitebox.utils.cli import ToolError
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 
 
 def check_work_dir(work_dir: str) -> None:
     """The work dir can be created and written to (mmengine would fail with
-    a raw ``NotADirectoryError``/``PermissionError`` later)."""
-    path = osp.abspath(work_dir)
-    probe = path
-    while not osp.exists(probe):
-        probe = osp.dirname(probe)
-    if not osp.isdir(probe):
-        raise ToolError(
-            f'work dir {work_dir!r} cannot be created: {probe!r} is a file. '
-            'Choose another folder with --work-dir DIR')
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise ToolError(
-            f'work dir {work_dir!r} is not writable ({exc.strerror or exc}):'
-            ' logs and checkpoints go there. Choose a writable folder with '
-            '--work-dir DIR or fix its permissions') from exc
+    a raw ``NotADirectoryError``/``PermissionError`` later): logs and
+    checkpoints go there."""
+    check_writable_folder(work_dir, '--work-dir', f'work dir {work_dir!r}')
 
 
 def check_param_schedulers(cfg: Any) -> None:

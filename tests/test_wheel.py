@@ -46,12 +46,15 @@ def run(cmd, cwd, timeout=300) -> subprocess.CompletedProcess:
 
 def dependency_dirs() -> list:
     """This environment's site-packages folders (where the dependencies
-    are); never the checkout."""
+    are; a venv inside the checkout, as ``make test`` makes, included),
+    never the checkout's source folders: only ``site-packages`` and
+    ``dist-packages`` folders are taken, and the ``.pth`` files in them
+    (the editable install) are not run from a ``.pth`` line."""
     dirs = {sysconfig.get_paths()[key] for key in ('purelib', 'platlib')}
     dirs.update(p for p in sys.path
                 if osp.basename(p) in ('site-packages', 'dist-packages'))
     return sorted(d for d in dirs if osp.isdir(d)
-                  and not osp.realpath(d).startswith(osp.realpath(REPO)))
+                  and osp.basename(d) in ('site-packages', 'dist-packages'))
 
 
 @pytest.fixture(scope='module')
@@ -172,11 +175,14 @@ def test_wheel_carries_configs_tools_and_commands(dist):
 PREDICT = textwrap.dedent('''
     import importlib.util, os.path as osp, sys
     prefix, repo, ckpt, model_name = sys.argv[1:]
-    # the package comes from the venv; the checkout is nowhere on the path
+    # the package comes from the venv; the checkout's sources are nowhere
+    # on the path (a venv inside it may lend its site-packages)
     package_dir, = importlib.util.find_spec(
         'mmseg_whitebox').submodule_search_locations
     assert package_dir.startswith(prefix), package_dir
     assert not any(osp.realpath(p or '.').startswith(osp.realpath(repo))
+                   and osp.basename(p) not in ('site-packages',
+                                               'dist-packages')
                    for p in sys.path), sys.path
 
     # custom_imports of a packaged config import and register the package

@@ -460,13 +460,17 @@ def released_test_pipeline(pipeline: List[Dict[str, Any]],
     """``pipeline`` (a config's test pipeline) with its ``Resize`` set to
     the released evaluation's for ``dataset`` (a key of
     :data:`RELEASED_TEST_RESIZE`; ``None`` or another: the pipeline as it
-    is)."""
+    is). A ``ResizeShortestEdge`` of the config (the ViT-L configs'
+    upsampling of the uint8 image to the window) is left out: the
+    converted model's ``ShortSideDataPreProcessor`` upsamples the float
+    image as the released code does."""
     if dataset not in RELEASED_TEST_RESIZE:
         return pipeline
     short, ratio = RELEASED_TEST_RESIZE[dataset]
     return [dict(step, scale=(ratio * short, short), keep_ratio=True)
             if step.get('type') == 'Resize' else dict(step)
-            for step in pipeline]
+            for step in pipeline
+            if step.get('type') != 'ResizeShortestEdge']
 
 
 def pick_config(model: PublishedModel, configs_root: str) -> str:

@@ -50,7 +50,8 @@ def assert_same(a: Any, b: Any, path: str = 'state') -> None:
 
 
 class _CreatedTensors(TorchDispatchMode):
-    """Records the shape and dtype of every tensor an aten op returns."""
+    """Records the shape and dtype of every tensor an aten op returns in
+    new memory (not a view or in-place result of one of its inputs)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -58,9 +59,13 @@ class _CreatedTensors(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in
+                  list(args) + list((kwargs or {}).values())
+                  if isinstance(a, torch.Tensor)}
         outputs = out if isinstance(out, (list, tuple)) else [out]
         for t in outputs:
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and \
+                    t.untyped_storage().data_ptr() not in inputs:
                 self.created.append((tuple(t.shape), t.dtype))
         return out
 
@@ -68,8 +73,9 @@ class _CreatedTensors(TorchDispatchMode):
 def created_tensors(fn: Callable[[], Any]
                     ) -> Tuple[Any, List[Tuple[tuple, torch.dtype]]]:
     """``(result, [(shape, dtype), ...])``: what ``fn`` returned and every
-    tensor the torch ops it ran created, views included -- a structural
-    check of what a code path allocates, independent of the machine."""
+    tensor the torch ops it ran created in new memory (not views or
+    in-place results) -- a structural check of what a code path
+    allocates, independent of the machine."""
     with _CreatedTensors() as mode:
         result = fn()
     return result, mode.created

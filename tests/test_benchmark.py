@@ -340,3 +340,57 @@ def test_shared_encoder_benchmark_refuses_a_missing_device():
                     check=False)
     assert proc.returncode == 2
     assert 'torch sees no CUDA device' in proc.stderr
+
+
+TRAIN_BENCH = 'tools/analysis_tools/benchmark_train_step.py'
+
+
+def test_train_step_benchmark_writes_table_ratios_and_skips(tmp_path):
+    out = tmp_path / 'bench'
+    # 0.1 MB: the third size is predicted (from the first two) to need
+    # more, so it is skipped rather than run
+    proc = run_tool([TRAIN_BENCH, '--size', 't', '--models', 'vit+segmenter',
+                     'vit+cbsa', '--sizes', '160', '192', '224', '--repeats',
+                     '1', '--warmup', '0', '--threads', '1',
+                     '--memory-limit-gb', '0.0001', '--out', str(out)])
+    assert 'training step / vit+segmenter' in proc.stdout
+    report = json.loads((out / 'benchmark.json').read_text())
+    rows = {(r['head'], r['size']): r for r in report['results']}
+    assert len(rows) == 6 and report['batch'] == 2
+    ref, cbsa = rows[('vit+segmenter', '192x192')], rows[('vit+cbsa',
+                                                          '192x192')]
+    assert cbsa['tokens'] == 2 * 12 * 12
+    for key in ('step_ms', 'mem_step'):
+        if benchmark.cpu_peak_supported() or key == 'step_ms':
+            assert cbsa[key] > 0
+            assert cbsa[f'{key}_vs_ref'] == pytest.approx(cbsa[key] /
+                                                          ref[key])
+    assert math.isfinite(cbsa['loss'])
+    for head in ('vit+segmenter', 'vit+cbsa'):
+        assert rows[(head, '224x224')]['status'].startswith(
+            'skipped: predicted to need')
+        assert 'step_ms' not in rows[(head, '224x224')]
+    assert (out / 'benchmark.md').read_text().count('\n') == 8
+
+
+def test_a_benchmarked_training_step_is_one_optimizer_step():
+    from mmseg_whitebox.analysis.train_step_benchmark import (
+        build_trainable, random_batch, train_step_fn)
+    cpu = torch.device('cpu')
+    (model, optim_wrapper), = build_trainable(
+        ['vit+cbsa'], 't', cpu, 0, osp.join(REPO, 'configs'),
+        with_cp=True).values()
+    assert model.backbone.with_cp
+    # the config's optimizer: the released Nesterov SGD
+    sgd = optim_wrapper.optimizer
+    assert type(sgd).__name__ == 'SGD' and sgd.defaults['nesterov']
+    inputs, samples = random_batch(model, 2, (160, 160), cpu, 0)
+    assert [s.gt_sem_seg.data.shape for s in samples] == [(1, 160, 160)] * 2
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loss = train_step_fn(model, optim_wrapper, inputs, samples, cpu, None)()
+    assert math.isfinite(loss) and not model.training
+    moved = {n for n, p in model.named_parameters()
+             if not torch.equal(p, before[n])}
+    assert any(n.startswith('backbone.') for n in moved)
+    assert any(n.startswith('decode_head.') for n in moved)
+    assert all(p.grad is None for p in model.parameters())

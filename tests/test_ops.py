@@ -82,7 +82,7 @@ def tssa_reference(op, Z):
     published choices of pi (softmax over subspaces of each token's
     normalised energy times a per-subspace temperature) and D."""
     U = bases(op)
-    K, N = len(U), Z.shape[1]
+    K = len(U)
     W = [u.t() @ Z for u in U]  # p x N each
     energy = torch.stack([
         ((w / w.norm(dim=1, keepdim=True))**2).sum(0) for w in W])  # K x N

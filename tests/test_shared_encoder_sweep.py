@@ -2,6 +2,7 @@
 demo heads, whole and slide inference), never touch the real model (also
 after an exception or Ctrl-C mid-sweep), resume per draw, and fall back
 with a message when a perturbed parameter lies in the encoder."""
+import math
 import os.path as osp
 
 import pytest
@@ -173,3 +174,81 @@ def test_model_unchanged_after_failure_and_resume_completes(
                     log=lambda msg: None).run()
     assert snapshot(model) == before
     assert resumed['points'] == reference['points']
+
+
+def random_samples(inputs, case):
+    """Data samples of ``inputs`` as the test pipeline would pack them:
+    labels of the network's size, or larger, or padded and flipped."""
+    from mmseg.structures import SegDataSample
+    _, _, height, width = inputs.shape
+    samples = []
+    for _ in range(inputs.shape[0]):
+        meta = dict(img_shape=(height, width), pad_shape=(height, width),
+                    ori_shape=(height, width))
+        if case == 'resized':
+            meta['ori_shape'] = (height + 27, width + 45)
+        elif case == 'padded-flipped':
+            meta.update(padding_size=[0, 7, 0, 5], flip=True,
+                        flip_direction='horizontal',
+                        ori_shape=(height - 5 + 11, width - 7 - 13))
+        samples.append(SegDataSample(metainfo=meta))
+    return samples
+
+
+@pytest.mark.parametrize('mode', ['whole', 'slide'])
+@pytest.mark.parametrize('case', ['same-size', 'resized', 'padded-flipped',
+                                  'nonfinite', 'bounded'])
+def test_head_inference_is_mmsegs_prediction(mode, case):
+    """The shared sweep's inference after the encoder gives mmseg's
+    prediction bit for bit, and the non-finite count of the logits mmseg
+    keeps."""
+    import copy
+
+    from mmseg_whitebox.robustness.metrics import count_nonfinite
+    from mmseg_whitebox.robustness.shared_inference import HeadInference
+    from _helpers import created_tensors
+    model = build_model('segmenter')
+    if case == 'bounded':
+        from mmseg_whitebox.models.segmentors import \
+            BoundedMemoryEncoderDecoder
+        model.__class__ = BoundedMemoryEncoderDecoder
+        model.tile_bytes = 4096  # several bands
+    model.test_cfg = ConfigDict(mode='whole') if mode == 'whole' else \
+        ConfigDict(mode='slide', crop_size=(64, 64), stride=(40, 40))
+    head = copy.deepcopy(model.decode_head)
+    if case == 'nonfinite':
+        with torch.no_grad():
+            head.mask_norm.bias[3] = float('inf')  # class 3: inf or NaN
+    model.decode_head = head
+    gen = torch.Generator().manual_seed(2)
+    inputs = torch.randn(2, 3, 96, 130, generator=gen)
+    samples = random_samples(inputs, case)
+    with torch.no_grad():
+        expected = model.predict(inputs, copy.deepcopy(samples))
+        fast = HeadInference(model)
+        windows = fast.windows(inputs)
+        features = [model.extract_feat(
+            inputs if w is None else inputs[:, :, w[0]:w[1], w[2]:w[3]])
+            for w in windows]
+        metas = [s.metainfo for s in samples]
+
+        def infer():
+            logits = fast.seg_logits(head, inputs, metas, windows, features)
+            return fast.predictions(logits, samples)
+
+        infer()  # the map is allocated once, then reused
+        got, created = created_tensors(infer)
+    assert len(windows) == (6 if mode == 'slide' else 1)
+    for want, (pred, bad, total) in zip(expected, got):
+        assert torch.equal(pred, want.pred_sem_seg.data)
+        assert bad == count_nonfinite(want.seg_logits.data)
+        assert total == want.seg_logits.data.numel()
+    if case == 'nonfinite':
+        assert bad > 0
+    full = model.out_channels * 96 * 130
+    big = [s for s, dtype in created
+           if dtype.is_floating_point and math.prod(s) >= full]
+    if mode == 'slide' and case in ('same-size', 'bounded'):
+        assert big == []  # no fresh map of the whole image
+    elif case == 'resized':
+        assert big  # the label's size needs mmseg's resize of the map

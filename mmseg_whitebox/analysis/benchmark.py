@@ -316,6 +316,35 @@ def find_config(config_root: str, pattern: str, what: str,
     return found[0]
 
 
+def build_models(configs: Dict[str, str], device: torch.device, seed: int,
+                 options: Optional[Dict[str, Any]] = None
+                 ) -> Dict[str, torch.nn.Module]:
+    """The segmentor of every ``name: config file`` (eval mode, random
+    weights from ``seed``, no pretrained encoder: nothing is downloaded);
+    ``options`` are merged into each config first (``--cfg-options``
+    style keys)."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from mmseg_whitebox.robustness.metrics import quiet_logging
+    init_default_scope('mmseg')
+    models = {}
+    for name, path in configs.items():
+        cfg = Config.fromfile(path)
+        cfg.model.pretrained = None
+        cfg.model.backbone.init_cfg = None
+        if options:
+            cfg.merge_from_dict(options)
+        torch.manual_seed(seed)
+        model = MODELS.build(cfg.model)
+        with quiet_logging():  # not mmengine's per-parameter init report
+            model.init_weights()
+        model.cfg = cfg
+        models[name] = model.to(device).eval()
+    return models
+
+
 def autocast(device: torch.device, amp: Optional[str]):
     if amp is None:
         return nullcontext()

@@ -17,9 +17,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from mmseg_whitebox.robustness.metrics import quiet_logging
-from .benchmark import (BenchmarkOptions, autocast, describe_row,
-                        find_config, over_limit, peak_memory,
+from .benchmark import (BenchmarkOptions, autocast, build_models,
+                        describe_row, find_config, over_limit, peak_memory,
                         results_table, time_rows)
 from .complexity import flop_analyzer
 
@@ -61,21 +60,8 @@ def encoder_config(name: str, size: str, config_root: str) -> str:
 def build_segmentors(names: List[str], size: str, device: torch.device,
                      seed: int, config_root: str) -> Dict[str, nn.Module]:
     """Segmentors (eval mode, random weights, nothing downloaded)."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-    init_default_scope('mmseg')
-    models = {}
-    for name in names:
-        cfg = Config.fromfile(encoder_config(name, size, config_root))
-        cfg.model.pretrained = None
-        cfg.model.backbone.init_cfg = None
-        torch.manual_seed(seed)
-        model = MODELS.build(cfg.model)
-        with quiet_logging():  # not mmengine's per-parameter init report
-            model.init_weights()
-        models[name] = model.to(device).eval()
-    return models
+    return build_models({name: encoder_config(name, size, config_root)
+                         for name in names}, device, seed)
 
 
 def complexity(module: nn.Module, image: torch.Tensor) -> Tuple[int, int]:

@@ -9,13 +9,17 @@ batch the encoder (``extract_feat``: backbone + neck) runs once per image
 runs on those features, each feeding its own copy of the test evaluator
 (mmseg's ``IoUMetric``).
 
-Nothing of mmseg's inference is re-implemented: every head copy runs the
-segmentor's own ``predict`` (``slide_inference``/``whole_inference``,
-``encode_decode``, ``postprocess_result``) on a *view* of the segmentor, a
-shallow copy whose ``decode_head`` is the perturbed copy and whose
-``extract_feat`` returns the features the first copy computed, window by
-window in the same order. The head copies are ``deepcopy``s of the real
-head with :class:`~.perturbation.ParameterNoise` applied exactly as the
+Per head copy, what follows the encoder is mmseg's prediction: for an
+``EncoderDecoder`` evaluated with ``IoUMetric`` (the configs here),
+:class:`~.shared_inference.HeadInference` computes it from the head's
+window logits without mmseg's fresh full-size maps, bit for bit the same;
+for any other segmentor or metric, the segmentor's own ``predict``
+(``slide_inference``/``whole_inference``, ``encode_decode``,
+``postprocess_result``) runs on a *view* of the segmentor, a shallow copy
+whose ``decode_head`` is the perturbed copy and whose ``extract_feat``
+returns the features the first copy computed, window by window in the
+same order. The head copies are ``deepcopy``s of the real head with
+:class:`~.perturbation.ParameterNoise` applied exactly as the
 one-setting-at-a-time path applies it (same seed, same order), so the
 results are identical; the real model is only read, never modified.
 """
@@ -24,13 +28,15 @@ from __future__ import annotations
 import copy
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 import torch
 import torch.nn as nn
 
 from .metrics import Metrics, count_nonfinite, quiet_logging
 from .perturbation import ParameterNoise
+from .shared_inference import HeadInference, fast_path_unsupported
 from .sites import _unwrap
 
 
@@ -196,6 +202,58 @@ class SharedEncoderEvaluation:
                                            setting.mode, setting.seed))
         return twin
 
+    def _run_views(self, model: nn.Module, heads: Sequence[nn.Module],
+                   data: dict, fast: None) -> Iterator[Tuple[int, int,
+                                                             list]]:
+        """Per head: mmseg's own ``predict`` on a view of the segmentor
+        (the encoder's features recorded by the first, replayed to the
+        others); the non-finite and total logits and the outputs."""
+        from mmengine.runner.amp import autocast
+        cache = _FeatureCache(model.extract_feat)
+        for i, head in enumerate(heads):
+            view = _segmentor_view(model, head, cache.record if i == 0
+                                   else cache.replayer())
+            samples = copy.deepcopy(data['data_samples'])
+            with autocast(enabled=self.fp16):
+                outputs = view.predict(data['inputs'], samples)
+            cache.check_unchanged()
+            yield (*_nonfinite(outputs), outputs)
+
+    def _run_fast(self, model: nn.Module, heads: Sequence[nn.Module],
+                  data: dict, fast: HeadInference
+                  ) -> Iterator[Tuple[int, int, list]]:
+        """As :meth:`_run_views`, with :class:`~.shared_inference.
+        HeadInference` after the encoder; the outputs hold what
+        ``IoUMetric`` reads."""
+        from mmengine.runner.amp import autocast
+        from mmengine.structures import PixelData
+        from mmseg.structures import SegDataSample
+        inputs, samples = data['inputs'], data['data_samples']
+        metas = [s.metainfo for s in samples]
+        windows = fast.windows(inputs)
+        cache = _FeatureCache(model.extract_feat)
+        with autocast(enabled=self.fp16):
+            features = [cache.record(inputs if w is None else
+                                     inputs[:, :, w[0]:w[1], w[2]:w[3]])
+                        for w in windows]
+        for head in heads:
+            with autocast(enabled=self.fp16):
+                logits = fast.seg_logits(head, inputs, metas, windows,
+                                         features)
+                predicted = fast.predictions(logits, samples)
+            cache.check_unchanged()
+            outputs, bad, total = [], 0, 0
+            for sample, (pred, nonfinite, values) in zip(samples,
+                                                         predicted):
+                out = SegDataSample(metainfo=sample.metainfo)
+                if 'gt_sem_seg' in sample:
+                    out.gt_sem_seg = sample.gt_sem_seg
+                out.pred_sem_seg = PixelData(data=pred)
+                outputs.append(out)
+                bad += nonfinite
+                total += values
+            yield bad, total, outputs
+
     def __call__(self, settings: Sequence[NoiseSetting]) -> List[Metrics]:
         """The test metrics of each setting (plus ``nonfinite_fraction``),
         from one pass over the data; at most ``max_heads`` settings."""
@@ -207,6 +265,8 @@ class SharedEncoderEvaluation:
         from mmengine.runner.amp import autocast
         model = _unwrap(self.model)
         model.eval()
+        fast = (HeadInference(model) if fast_path_unsupported(
+            model, self.evaluator) is None else None)
         with ExitStack() as stack, torch.no_grad():
             heads = [self._perturbed_head(s, stack) for s in settings]
             evaluators = [self._fresh_evaluator() for _ in settings]
@@ -214,16 +274,9 @@ class SharedEncoderEvaluation:
             for batch in self.dataloader:
                 with autocast(enabled=self.fp16):
                     data = model.data_preprocessor(batch, False)
-                cache = _FeatureCache(model.extract_feat)
-                for i, head in enumerate(heads):
-                    view = _segmentor_view(
-                        model, head,
-                        cache.record if i == 0 else cache.replayer())
-                    samples = copy.deepcopy(data['data_samples'])
-                    with autocast(enabled=self.fp16):
-                        outputs = view.predict(data['inputs'], samples)
-                    cache.check_unchanged()
-                    bad, total = _nonfinite(outputs)
+                run = self._run_fast if fast else self._run_views
+                for i, (bad, total, outputs) in enumerate(
+                        run(model, heads, data, fast)):
                     counts[i][0] += bad
                     counts[i][1] += total
                     evaluators[i].process(data_samples=outputs,

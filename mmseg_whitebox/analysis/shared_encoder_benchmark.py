@@ -1,0 +1,178 @@
+"""A shared-encoder noise sweep timed against one evaluation per setting.
+
+The logic behind ``tools/analysis_tools/benchmark_shared_encoder.py``: a
+config's model with random weights (no pretrained encoder, no checkpoint)
+on synthetic ADE20K-layout validation images of one size, with the
+config's own test pipeline, inference mode and ``IoUMetric``; the same
+noise settings (the CBSA paper's sigmas, one draw each) evaluated once
+one at a time (``ParameterNoise`` and the test loop, encoder included, as
+``tools/noise_robustness.py --no-shared-encoder`` does) and once with the
+shared encoder; both times, their ratio, the encoder's share of one
+evaluation and whether every setting's metrics are identical.
+"""
+from __future__ import annotations
+
+import os.path as osp
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .benchmark import prepare_run, synchronize
+
+
+@dataclass
+class SharedSweepOptions:
+    """What to time (the tool's options)."""
+    config: str
+    images: int = 2
+    image_size: Tuple[int, int] = (512, 683)
+    settings: int = 20
+    max_heads: Optional[int] = None
+    target: str = 'decoder-attention'
+    device: str = 'cpu'
+    threads: Optional[int] = None
+    data_dir: Optional[str] = None
+    cfg_options: Optional[Dict[str, Any]] = None
+    profile: bool = False
+
+
+def build(options: SharedSweepOptions, data_root: str,
+          device: torch.device):
+    """Config, model (random weights, eval mode) and test dataloader."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+    from mmseg.registry import MODELS
+    cfg = Config.fromfile(options.config)
+    cfg.model.pretrained = None
+    cfg.model.backbone.init_cfg = None
+    if options.cfg_options:
+        cfg.merge_from_dict(options.cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    cfg.test_dataloader.dataset.data_root = data_root
+    cfg.test_dataloader.num_workers = 0
+    cfg.test_dataloader.persistent_workers = False
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    model.to(device)
+    return cfg, model.eval(), Runner.build_dataloader(cfg.test_dataloader)
+
+
+def timed_evaluation(model: torch.nn.Module, evaluate: Callable[[], Any],
+                     device: torch.device) -> Tuple[float, float]:
+    """Seconds of one evaluation, and of the encoder within it."""
+    spent = [0.0]
+    extract_feat = model.extract_feat
+
+    def timed(inputs):
+        synchronize(device)
+        start = time.perf_counter()
+        feats = extract_feat(inputs)
+        synchronize(device)
+        spent[0] += time.perf_counter() - start
+        return feats
+
+    model.extract_feat = timed
+    try:
+        start = time.perf_counter()
+        evaluate()
+        return time.perf_counter() - start, spent[0]
+    finally:
+        del model.extract_feat
+
+
+def _same(a: Dict[str, float], b: Dict[str, float]) -> bool:
+    """The same metrics (NaN equal to NaN)."""
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in a)
+
+
+def _profiled(run: Callable[[], Any], rows: int = 15) -> Tuple[Any, str]:
+    """``run()`` under torch's profiler: its result, and the table of the
+    ``rows`` ops with the most time of their own."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        result = run()
+    return result, prof.key_averages().table(
+        sort_by='self_cpu_time_total', row_limit=rows)
+
+
+def run_shared_encoder_benchmark(options: SharedSweepOptions,
+                                 log: Callable[[str], None] = print
+                                 ) -> Dict[str, Any]:
+    """Both sweeps, timed (see the module docstring): ``sequential_s``,
+    ``shared_s``, ``ratio``, ``encoder_s`` and ``evaluation_s`` (one
+    clean evaluation), ``passes``, ``identical`` and the per-setting
+    ``metrics`` of both paths (and with ``options.profile``, ``profile``:
+    the op table of one more, untimed shared sweep). ``ValueError`` for a bad device or
+    target."""
+    from mmseg_whitebox.datasets.synthetic_ade20k import \
+        generate_synthetic_ade20k
+    from mmseg_whitebox.robustness import (PAPER_SIGMAS, LoopEvaluation,
+                                           ParameterNoise, select_parameters)
+    from mmseg_whitebox.robustness.metrics import (NonFiniteCounter,
+                                                   quiet_logging)
+    from mmseg_whitebox.robustness.shared_encoder import (
+        NoiseSetting, SharedEncoderEvaluation)
+    device, _ = prepare_run(options.device, options.threads, None)
+    max_heads = options.max_heads or options.settings
+    with tempfile.TemporaryDirectory() as tmp:
+        data_root = generate_synthetic_ade20k(
+            options.data_dir or tmp, num_train=1, num_val=options.images,
+            image_size=tuple(options.image_size), size_jitter=0.0, seed=0)
+        cfg, model, loader = build(options, data_root, device)
+        sel = select_parameters(model, options.target)
+        evaluate = LoopEvaluation(model, loader, cfg.test_evaluator)
+        shared = SharedEncoderEvaluation(model, loader, evaluate.evaluator,
+                                         max_heads)
+        reason = shared.unsupported(sel.parameters)
+        if reason:
+            raise ValueError(f'no shared-encoder sweep for --target '
+                             f'{options.target}: {reason}')
+        sigmas = [PAPER_SIGMAS[i % len(PAPER_SIGMAS)]
+                  for i in range(options.settings)]
+        settings = [NoiseSetting(sel.parameters, s, 'absolute', 0)
+                    for s in sigmas]
+        log(f'{osp.relpath(options.config)}: random weights, '
+            f'{options.images} synthetic {options.image_size[0]}x'
+            f'{options.image_size[1]} images, inference '
+            f'{dict(model.test_cfg)}, {options.settings} settings of '
+            f'{sel.label} noise, {device}, {torch.get_num_threads()} CPU '
+            'threads')
+        report: Dict[str, Any] = dict(sigmas=sigmas)
+        with quiet_logging():
+            # warm-up (file cache, allocator), not timed as a setting; it
+            # measures the encoder's share of one evaluation
+            report['evaluation_s'], report['encoder_s'] = timed_evaluation(
+                model, evaluate, device)
+            start = time.perf_counter()
+            sequential = []
+            for s in settings:
+                with ParameterNoise(s.parameters, s.sigma, s.mode, s.seed), \
+                        NonFiniteCounter(model) as counter:  # as NoiseSweep
+                    metrics = evaluate()
+                sequential.append(dict(metrics,
+                                       nonfinite_fraction=counter.fraction))
+            report['sequential_s'] = time.perf_counter() - start
+
+            def shared_sweep() -> List[Dict[str, float]]:
+                together = []
+                for i in range(0, len(settings), max_heads):
+                    together += shared(settings[i:i + max_heads])
+                return together
+
+            start = time.perf_counter()
+            together = shared_sweep()
+            report['shared_s'] = time.perf_counter() - start
+            if options.profile:  # once more, not timed
+                _, report['profile'] = _profiled(shared_sweep)
+    report.update(
+        metrics=dict(sequential=sequential, shared=together),
+        identical=all(_same(a, b) for a, b in zip(sequential, together)),
+        ratio=report['shared_s'] / report['sequential_s'],
+        passes=-(-options.settings // max_heads), max_heads=max_heads)
+    return report

@@ -1,0 +1,174 @@
+"""The cost of one training step of whole segmentors, against ViT +
+Segmenter's mask head.
+
+The logic behind ``tools/analysis_tools/benchmark_train_step.py``. What a
+user plans with is the cost of training at the crop they train with: per
+crop size and model, one optimizer step of the whole segmentor -- forward
+with the config's loss, backward, the config's optimizer step (its
+``optim_wrapper``: Nesterov SGD for the released recipes) -- on a batch of
+random crops with random labels; the median time and the peak memory of
+that step, and both as a ratio to ViT + Segmenter's mask head of the same
+size. Timing and memory are the other benchmarks'
+(:mod:`~mmseg_whitebox.analysis.benchmark`): interleaved rounds, and the
+rise of the resident-set high-water mark on a CPU
+(``max_memory_allocated`` on CUDA).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .benchmark import (BenchmarkOptions, autocast, build_models,
+                        find_config, over_limit, peak_memory, results_table,
+                        time_rows)
+
+# model name -> config (relative to configs/, {size} = t|s|b)
+TRAIN_CONFIGS = {
+    'vit+segmenter': 'segmenter/segmenter_vit-{size}_mask_*_ade20k-*.py',
+    'vit+cbsa': 'cbsa/cbsa_vit-{size}_*_ade20k-*.py',
+    'cbt+cbsa': 'cbsa/cbsa_cbt-{size}_*_ade20k-*.py',
+    'crate+cbsa': 'cbsa/cbsa_crate-{size}_*_ade20k-*.py',
+    'tost+cbsa': 'cbsa/cbsa_tost-{size}_*_ade20k-*.py',
+    'cbsa-vit+cbsa': 'cbsa/cbsa_cbsa-vit-{size}_*_ade20k-*.py',
+    'crate-cbt+cbsa': 'cbsa/cbsa_crate-cbt-{size}_*_ade20k-*.py',
+}
+DEFAULT_MODELS = ('vit+segmenter', 'vit+cbsa', 'cbt+cbsa', 'crate+cbsa',
+                  'tost+cbsa', 'cbsa-vit+cbsa')
+REFERENCE = 'vit+segmenter'
+RATIO_KEYS = ('step_ms', 'mem_step')
+
+
+def train_config(name: str, size: str, config_root: str) -> str:
+    """The ADE20K config of model ``name`` at ``size``."""
+    return find_config(config_root, TRAIN_CONFIGS[name].format(size=size),
+                       f'model {name!r} of size {size!r}',
+                       'choose another size or leave that model out')
+
+
+def build_trainable(names: List[str], size: str, device: torch.device,
+                    seed: int, config_root: str, with_cp: bool = False
+                    ) -> Dict[str, Tuple[nn.Module, object]]:
+    """``name: (segmentor, optim_wrapper)``, random weights, the optimizer
+    and its parameter-wise settings from each config's ``optim_wrapper``;
+    with ``with_cp`` the encoder recomputes its layers in the backward
+    pass (activation checkpointing) instead of keeping their
+    activations."""
+    from mmengine.optim import build_optim_wrapper
+    options = dict(model=dict(backbone=dict(with_cp=True))) if with_cp \
+        else None
+    models = build_models({n: train_config(n, size, config_root)
+                           for n in names}, device, seed, options)
+    return {name: (model, build_optim_wrapper(model, model.cfg.optim_wrapper))
+            for name, model in models.items()}
+
+
+def random_batch(model: nn.Module, batch: int, size: Tuple[int, int],
+                 device: torch.device, seed: int) -> Tuple[torch.Tensor,
+                                                          list]:
+    """``batch`` normalised random crops of ``size`` and their random
+    labels (one of the model's classes per pixel) as data samples."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    gen = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(batch, 3, *size, generator=gen).to(device)
+    classes = model.decode_head.num_classes
+    samples = []
+    for _ in range(batch):
+        labels = torch.randint(0, classes, (1, *size), generator=gen)
+        sample = SegDataSample(metainfo=dict(
+            img_shape=size, pad_shape=size, ori_shape=size))
+        sample.gt_sem_seg = PixelData(data=labels.to(device))
+        samples.append(sample)
+    return inputs, samples
+
+
+def train_step_fn(model: nn.Module, optim_wrapper, inputs: torch.Tensor,
+                  samples: list, device: torch.device,
+                  amp: Optional[str]) -> Callable[[], float]:
+    """One optimizer step: the config's losses (forward in training
+    mode), their backward, the optimizer's step and ``zero_grad`` (as
+    mmengine's ``OptimWrapper.update_params`` in a training run); returns
+    the loss."""
+
+    def run() -> float:
+        model.train()
+        try:
+            with autocast(device, amp):
+                losses = model(inputs, samples, mode='loss')
+            loss, _ = model.parse_losses(losses)
+            optim_wrapper.update_params(loss)
+            return loss.item()
+        finally:
+            model.eval()
+
+    return run
+
+
+def measure_size(models: Dict[str, Tuple[nn.Module, object]],
+                 size: Tuple[int, int], batch: int,
+                 options: BenchmarkOptions, device: torch.device,
+                 history: Dict[str, List[Dict]],
+                 memory_limit: Optional[int]) -> List[Dict]:
+    """Time and peak memory of one training step of every model at one
+    crop size (a model predicted to need more than ``memory_limit`` bytes
+    from its smaller sizes is skipped)."""
+    rows, runnable = [], {}
+    for name, (model, optim_wrapper) in models.items():
+        tokens = batch * (-(-size[0] // 16)) * (-(-size[1] // 16))
+        row = dict(head=name, size=f'{size[0]}x{size[1]}', batch=batch,
+                   tokens=tokens, status='ok')
+        rows.append(row)
+        past = history.setdefault(name, [])
+        predicted = over_limit(past, 'mem_step', tokens, memory_limit)
+        if predicted:
+            row['status'] = (f'skipped: predicted to need '
+                             f'{predicted / 2**30:.1f} GiB')
+            continue
+        inputs, samples = random_batch(model, batch, size, device,
+                                       options.seed)
+        step = train_step_fn(model, optim_wrapper, inputs, samples, device,
+                             options.amp)
+        # a first step creates the optimizer's state (momentum buffers),
+        # which every later step finds in place
+        row['loss'] = step()
+        row['mem_step'], _ = peak_memory(step, device)
+        row['params'] = sum(p.numel() for p in model.parameters())
+        runnable[name] = dict(step=step)
+        past.append(row)
+    time_rows(rows, runnable, ('step', ), options, device)
+    for row in rows:
+        mem = row.get('mem_step')
+        print(f'  {row["head"]:<15} {row["size"]:>9} batch {batch}  step '
+              f'{row.get("step_ms", 0):.0f} ms  peak '
+              + (f'{mem / 2**20:.0f} MiB' if mem else '-')
+              + f'  {row["status"]}', flush=True)
+    return rows
+
+
+def add_ratios(rows: List[Dict]) -> None:
+    """``<key>_vs_ref`` (against :data:`REFERENCE`) for every figure, per
+    size."""
+    by_size: Dict[str, Dict[str, Dict]] = {}
+    for row in rows:
+        by_size.setdefault(row['size'], {})[row['head']] = row
+    for models in by_size.values():
+        ref = models.get(REFERENCE)
+        for row in models.values():
+            for key in RATIO_KEYS:
+                if ref and row.get(key) and ref.get(key):
+                    row[f'{key}_vs_ref'] = row[key] / ref[key]
+
+
+COLUMNS = [
+    ('head', 'model', '{}'), ('size', 'crop', '{}'), ('batch', 'batch', '{}'),
+    ('params', 'params (M)', 'M'), ('step_ms', 'step ms', '.0f'),
+    ('step_ms_vs_ref', f'x {REFERENCE}', 'r'),
+    ('mem_step', 'step peak MiB', 'Mi'),
+    ('mem_step_vs_ref', f'x {REFERENCE}', 'r'),
+]
+
+
+def markdown_table(rows: List[Dict]) -> str:
+    return results_table(rows, COLUMNS)

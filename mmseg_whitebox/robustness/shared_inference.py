@@ -1,0 +1,209 @@
+"""What each setting of a shared-encoder sweep computes after the encoder:
+mmseg's prediction, without its fresh full-size maps.
+
+Per setting, a plain evaluation spends most of its time outside the head,
+in mmseg's ``slide_inference`` and ``postprocess_result``: per window, the
+window's logits padded to a fresh map of the whole image (classes x H x W
+floats: 210 MB for 150 classes at 512x683) that is then added to the sum,
+the division into another one, the resize to the label's size into a
+third, and the argmax. :class:`HeadInference` makes the same prediction
+from the head's window logits at the network's input resolution:
+
+* each window's logits are resized to the window into one buffer and
+  added in place into one map, both reused across settings (adding a
+  padded map adds zeros elsewhere: the same sums), and divided by the
+  window count in place;
+* when the label has the network's size (an ADE20K image whose short side
+  the test pipeline keeps), the argmax is taken straight from that map:
+  PyTorch's bilinear resize to the same size returns finite values
+  unchanged;
+* otherwise -- and for any map with a NaN or an infinity, which the resize
+  spreads -- the map is resized to the label's size as mmseg does. (A
+  resize computed band by band does not round as PyTorch's kernel does;
+  emulating the kernel's fused multiply-adds exactly, band by band, took
+  16 times the kernel's time, so the whole map is resized.)
+
+The predictions, and so the per-class areas of the metric, are mmseg's bit
+for bit; ``tests/test_shared_encoder_sweep.py`` checks them against
+mmseg's own inference. The non-finite count is that of the logits mmseg
+would have kept. Only what ``IoUMetric`` reads is produced (no
+``seg_logits``); :func:`fast_path_unsupported` says when the segmentor or
+the evaluator needs more, and the sweep then runs mmseg's own inference
+per setting.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .metrics import count_nonfinite
+
+Window = Tuple[int, int, int, int]  # y1, y2, x1, x2
+
+
+def slide_windows(height: int, width: int, test_cfg: Any) -> List[Window]:
+    """The windows of mmseg's ``slide_inference`` over an image of
+    ``height`` x ``width``, in its order."""
+    h_stride, w_stride = test_cfg['stride']
+    h_crop, w_crop = test_cfg['crop_size']
+    h_grids = max(height - h_crop + h_stride - 1, 0) // h_stride + 1
+    w_grids = max(width - w_crop + w_stride - 1, 0) // w_stride + 1
+    windows = []
+    for h_idx in range(h_grids):
+        for w_idx in range(w_grids):
+            y2 = min(h_idx * h_stride + h_crop, height)
+            x2 = min(w_idx * w_stride + w_crop, width)
+            windows.append((max(y2 - h_crop, 0), y2, max(x2 - w_crop, 0),
+                            x2))
+    return windows
+
+
+def fast_path_unsupported(model: nn.Module, evaluator: Any) -> Optional[str]:
+    """Why :class:`HeadInference` cannot stand in for ``model``'s own
+    inference (``None`` if it can): the segmentor must run mmseg's
+    ``EncoderDecoder`` inference (slide or whole, this project's
+    ``BoundedMemoryEncoderDecoder`` post-processing allowed) with two
+    classes or more, and every metric must be an ``IoUMetric`` (which
+    reads only the prediction and the label)."""
+    from mmseg.evaluation import IoUMetric
+    from mmseg.models.segmentors import EncoderDecoder
+
+    from mmseg_whitebox.models.segmentors import BoundedMemoryEncoderDecoder
+    cls = type(model)
+    for name in ('predict', 'inference', 'slide_inference',
+                 'whole_inference', 'encode_decode'):
+        if getattr(cls, name, None) is not getattr(EncoderDecoder, name):
+            return f'{cls.__name__} has its own {name}'
+    if cls.postprocess_result not in (
+            EncoderDecoder.postprocess_result,
+            BoundedMemoryEncoderDecoder.postprocess_result):
+        return f'{cls.__name__} has its own postprocess_result'
+    if model.out_channels < 2:
+        return 'one output channel (a thresholded sigmoid)'
+    if model.test_cfg.get('mode', 'whole') not in ('slide', 'whole'):
+        return f'test mode {model.test_cfg.get("mode")!r}'
+    metrics = getattr(evaluator, 'metrics', None) or []
+    others = [type(m).__name__ for m in metrics
+              if not isinstance(m, IoUMetric)]
+    if not metrics or others:
+        return f'metrics other than IoUMetric: {others}'
+    return None
+
+
+def _argmax(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(0, keepdim=True)`` of a ``(C, H, W)`` map:
+    ``torch.max``'s indices, the first maximal ones as ``argmax``'s (its
+    CPU kernel took about half ``argmax``'s time on 150 x 512 x 683)."""
+    return torch.max(logits, dim=0, keepdim=True).indices
+
+
+class HeadInference:
+    """mmseg's prediction of one segmentor with other decode heads on the
+    same encoder features (see the module docstring); reuses its map
+    across calls.
+
+    Args:
+        model: the segmentor (see :func:`fast_path_unsupported`); only
+            read.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        from mmseg_whitebox.models.segmentors import \
+            BoundedMemoryEncoderDecoder
+        self.model = model
+        self.bounded = isinstance(model, BoundedMemoryEncoderDecoder)
+        self._buffers: dict = {}
+
+    def windows(self, inputs: torch.Tensor) -> List[Optional[Window]]:
+        """The windows the encoder runs on (``[None]``: the whole
+        image)."""
+        if self.model.test_cfg.get('mode', 'whole') != 'slide':
+            return [None]
+        return slide_windows(inputs.shape[2], inputs.shape[3],
+                             self.model.test_cfg)
+
+    def _reused(self, name: str, shape: Tuple[int, ...],
+                like: torch.Tensor) -> torch.Tensor:
+        """A buffer kept across calls (and settings): fresh pages for a
+        map of every class cost a CPU more than filling them."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != like.dtype \
+                or buf.device != like.device:
+            buf = self._buffers[name] = like.new_empty(shape)
+        return buf
+
+    def _window_logits(self, head: nn.Module, feats: Any,
+                       metas: List[dict]) -> torch.Tensor:
+        """``head.predict`` of one window: for mmseg's own ``predict``
+        (``forward``, then the bilinear resize to the window), the resize
+        writes into a reused buffer."""
+        from mmseg.models.decode_heads.decode_head import BaseDecodeHead
+        cls = type(head)
+        if cls.predict is not BaseDecodeHead.predict or \
+                cls.predict_by_feat is not BaseDecodeHead.predict_by_feat:
+            return head.predict(feats, metas, self.model.test_cfg)
+        small = head.forward(feats)
+        size = list(metas[0]['img_shape'])
+        out = self._reused('window', (*small.shape[:2], *size), small)
+        return torch.ops.aten.upsample_bilinear2d.out(
+            small, size, head.align_corners, None, None, out=out)
+
+    def seg_logits(self, head: nn.Module, inputs: torch.Tensor,
+                   metas: Sequence[dict], windows: List[Optional[Window]],
+                   features: Sequence[Any]) -> torch.Tensor:
+        """What mmseg's ``inference`` returns with ``head`` as the decode
+        head, from the encoder's ``features`` of each window (in a map
+        that the next call overwrites)."""
+        test_cfg = self.model.test_cfg
+        if windows == [None]:  # whole_inference: encode_decode
+            return head.predict(features[0], list(metas), test_cfg)
+        batch, _, height, width = inputs.shape
+        canvas = self._reused(
+            'canvas', (batch, self.model.out_channels, height, width),
+            inputs).zero_()
+        count = inputs.new_zeros((batch, 1, height, width))
+        metas = [dict(m) for m in metas]
+        for (y1, y2, x1, x2), feats in zip(windows, features):
+            metas[0]['img_shape'] = inputs[:, :, y1:y2, x1:x2].shape[2:]
+            canvas[:, :, y1:y2, x1:x2] += self._window_logits(head, feats,
+                                                              metas)
+            count[:, :, y1:y2, x1:x2] += 1
+        return canvas.div_(count)
+
+    def predictions(self, seg_logits: torch.Tensor,
+                    samples: Sequence[Any]) -> List[Tuple[torch.Tensor,
+                                                          int, int]]:
+        """Per sample: mmseg's ``pred_sem_seg`` data, and the non-finite
+        and total values of the ``seg_logits`` mmseg would keep."""
+        from mmseg_whitebox.models.segmentors import resize_argmax_tiled
+        _, _, height, width = seg_logits.shape
+        align = self.model.align_corners
+        out = []
+        for i, sample in enumerate(samples):
+            meta = sample.metainfo
+            left, right, top, bottom = meta.get(
+                'img_padding_size', meta.get('padding_size', [0] * 4))
+            logits = seg_logits[i:i + 1, :, top:height - bottom,
+                                left:width - right]
+            if meta.get('flip', None):
+                logits = logits.flip(
+                    dims=(3, ) if meta.get('flip_direction') == 'horizontal'
+                    else (2, ))
+            size = tuple(meta['ori_shape'][:2])
+            if self.bounded:
+                pred = resize_argmax_tiled(logits[0], size, align,
+                                           tile_bytes=self.model.tile_bytes)
+                out.append((pred, count_nonfinite(logits), logits.numel()))
+                continue
+            bad = count_nonfinite(logits)
+            if size == tuple(logits.shape[2:]) and not bad:
+                out.append((_argmax(logits[0]), 0, logits.numel()))
+                continue
+            full = F.interpolate(logits, size=meta['ori_shape'],
+                                 mode='bilinear', align_corners=align)[0]
+            out.append((full.argmax(dim=0, keepdim=True),
+                        count_nonfinite(full), full.numel()))
+        return out

@@ -1,0 +1,108 @@
+"""Benchmark one training step of whole segmentors against ViT + Segmenter.
+
+    python tools/analysis_tools/benchmark_train_step.py [--size s] \
+        [--models vit+segmenter vit+cbsa cbt+cbsa crate+cbsa tost+cbsa \
+                  cbsa-vit+cbsa] \
+        [--sizes 512 1024 2048] [--batch 2] [--with-cp] \
+        [--device cpu|cuda] [--threads N] [--amp bf16|fp16] \
+        [--repeats 3] [--max-seconds 60] \
+        [--out work_dirs/benchmark_train_step]
+
+Every model of one size (T/S/B) from this project's ADE20K configs, with
+random weights: per crop size, one optimizer step of the whole segmentor
+(forward with the config's loss, backward, the config's optimizer step)
+on --batch random crops with random labels; median time, peak memory,
+each as a ratio to ViT + Segmenter's mask head, and log-log slopes of
+cost against tokens. Sizes predicted to need more memory than there is are
+skipped. Writes benchmark.json, benchmark.md and benchmark.png to --out.
+The last measurements are in docs/benchmarks.md ("Training-step
+benchmark").
+"""
+import argparse
+import os
+import os.path as osp
+from typing import Dict, List
+
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.analysis import train_step_benchmark as bench
+from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
+
+CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
+    osp.abspath(__file__)))), 'configs')
+DEFAULT_SIZES = ('512', '1024', '2048')
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = tool_parser(__doc__)
+    p.add_argument('--size', default='s', choices=['t', 's'],
+                   help='model size (default: s)')
+    p.add_argument('--models', nargs='+', choices=list(bench.TRAIN_CONFIGS),
+                   default=list(bench.DEFAULT_MODELS),
+                   help=f'models to compare ({bench.REFERENCE}: the '
+                   'reference)')
+    p.add_argument('--sizes', nargs='+', type=common.size_arg,
+                   default=[common.parse_size(s) for s in DEFAULT_SIZES],
+                   help=f'crop sizes, N or HxW (default: '
+                   f'{" ".join(DEFAULT_SIZES)})')
+    p.add_argument('--batch', type=int, default=2,
+                   help='crops per step (default: 2)')
+    p.add_argument('--with-cp', action='store_true',
+                   help='activation checkpointing in the encoder '
+                   '(backbone.with_cp=True)')
+    common.add_measurement_args(p, 'models', repeats=3, warmup=1,
+                                max_seconds=60.0)
+    p.add_argument('--out', default='work_dirs/benchmark_train_step')
+    args = p.parse_args(argv)
+    common.check_measurement_args(p, args)
+    if args.batch < 1:
+        p.error('--batch must be >= 1')
+    return args
+
+
+def print_summary(rows: List[Dict]) -> None:
+    print(f'\ntraining step / {bench.REFERENCE} (time, peak memory):')
+    for r in rows:
+        if r['head'] != bench.REFERENCE and 'step_ms_vs_ref' in r:
+            mem = r.get('mem_step_vs_ref')
+            print(f'  {r["head"]:<15} {r["size"]:>9}: '
+                  f'{r["step_ms_vs_ref"]:.3f}  '
+                  + (f'{mem:.3f}' if mem else '-'))
+
+
+def main(argv=None) -> Dict:
+    args = parse_args(argv)
+    try:
+        device, memory_limit = common.prepare_run(
+            args.device, args.threads, args.memory_limit_gb)
+        models = bench.build_trainable(
+            args.models, args.size, device, args.seed,
+            CONFIG_ROOT, args.with_cp)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ToolError(str(exc))
+    os.makedirs(args.out, exist_ok=True)
+    options = common.BenchmarkOptions(
+        repeats=args.repeats, warmup=args.warmup,
+        max_seconds=args.max_seconds, amp=args.amp, seed=args.seed)
+    facts = common.machine(device)
+    print(common.machine_line(
+        facts, f'size {args.size.upper()}, batch {args.batch}'
+        + (', with_cp' if args.with_cp else ''), args.amp))
+    history: Dict[str, List[Dict]] = {}
+    rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
+        models, size, args.batch, options, device, history, memory_limit))
+    bench.add_ratios(rows)
+    fits = common.slopes(rows, ('step_ms', 'mem_step'))
+    report = dict(machine=facts, size=args.size, batch=args.batch,
+                  with_cp=args.with_cp, amp=args.amp, results=rows,
+                  slopes=fits)
+    common.write_report(args.out, report, bench.markdown_table(rows),
+                        f'training step ({args.size.upper()}, batch '
+                        f'{args.batch})', latency=('step_ms', ),
+                        memory=('mem_step', ))
+    print_summary(rows)
+    return report
+
+
+if __name__ == '__main__':
+    run_tool(main)

@@ -3,7 +3,7 @@
 # change).
 #
 #   make demo     synthetic data -> train -> test -> infer (CPU, minutes)
-#   make test     the whole pytest suite
+#   make test     the whole pytest suite (TEST_WORKERS=2 processes)
 #
 # STACK picks the OpenMMLab stack, each in its own venv with its own pins:
 #   STACK=default  mmsegmentation 1.2.2 / mmengine 0.10.7 / mmcv-lite 2.1
@@ -31,6 +31,7 @@ PIP := $(PY) -m pip
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.mmseg_whitebox-installed
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 EXTRAS := tests,deploy,corruptions
 
 .PHONY: install demo test clean-demo
@@ -81,8 +82,10 @@ $(STAMP): $(PY) requirements.txt $(STACK_CONSTRAINTS) pyproject.toml mmseg_white
 demo: $(STAMP)
 	$(PY) tools/misc/demo.py
 
+# TEST_WORKERS pytest processes (pytest-xdist) share the tests, one torch
+# thread each (tests/conftest.py); TEST_WORKERS=0 runs them in this process
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 clean-demo:
 	rm -rf work_dirs/demo data/synthetic-context

@@ -1,8 +1,18 @@
 """Shared fixtures. Importing mmseg_whitebox first applies the compat layer
 and registers every module, as the tools do."""
+import os
+
 import pytest
+import torch
 
 import mmseg_whitebox  # noqa: F401
+
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    # one of several pytest workers (make test: one per core): one torch
+    # thread each, here and in the tools the tests start, so that the
+    # workers share the cores instead of oversubscribing them
+    os.environ['OMP_NUM_THREADS'] = '1'
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope='session')

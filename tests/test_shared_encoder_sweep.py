@@ -197,7 +197,7 @@ def random_samples(inputs, case):
 
 @pytest.mark.parametrize('mode', ['whole', 'slide'])
 @pytest.mark.parametrize('case', ['same-size', 'resized', 'padded-flipped',
-                                  'nonfinite', 'bounded'])
+                                  'nonfinite', 'bounded', 'autocast'])
 def test_head_inference_is_mmsegs_prediction(mode, case):
     """The shared sweep's inference after the encoder gives mmseg's
     prediction bit for bit, and the non-finite count of the logits mmseg
@@ -223,7 +223,8 @@ def test_head_inference_is_mmsegs_prediction(mode, case):
     gen = torch.Generator().manual_seed(2)
     inputs = torch.randn(2, 3, 96, 130, generator=gen)
     samples = random_samples(inputs, case)
-    with torch.no_grad():
+    amp = torch.autocast('cpu', torch.bfloat16, enabled=case == 'autocast')
+    with torch.no_grad(), amp:
         expected = model.predict(inputs, copy.deepcopy(samples))
         fast = HeadInference(model)
         windows = fast.windows(inputs)

@@ -138,12 +138,16 @@ class HeadInference:
     def _window_logits(self, head: nn.Module, feats: Any,
                        metas: List[dict]) -> torch.Tensor:
         """``head.predict`` of one window: for mmseg's own ``predict``
-        (``forward``, then the bilinear resize to the window), the resize
-        writes into a reused buffer."""
+        (``forward``, then the bilinear resize to the window) outside
+        autocast, the resize writes into a reused buffer."""
         from mmseg.models.decode_heads.decode_head import BaseDecodeHead
         cls = type(head)
+        device = self.model.data_preprocessor.device.type
         if cls.predict is not BaseDecodeHead.predict or \
-                cls.predict_by_feat is not BaseDecodeHead.predict_by_feat:
+                cls.predict_by_feat is not BaseDecodeHead.predict_by_feat or \
+                torch.is_autocast_enabled(device):
+            # (autocast computes the resize in float32, its out= variant
+            # in the head's dtype)
             return head.predict(feats, metas, self.model.test_cfg)
         small = head.forward(feats)
         size = list(metas[0]['img_shape'])

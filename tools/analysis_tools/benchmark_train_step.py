@@ -14,7 +14,10 @@ random weights: per crop size, one optimizer step of the whole segmentor
 on --batch random crops with random labels; median time, peak memory,
 each as a ratio to ViT + Segmenter's mask head, and log-log slopes of
 cost against tokens. Sizes predicted to need more memory than there is are
-skipped. Writes benchmark.json, benchmark.md and benchmark.png to --out.
+skipped (from a model's two smaller sizes: its first two sizes always
+run, so start with small ones). Writes benchmark.json (after every size, so that a run killed
+for memory keeps what it measured), benchmark.md and benchmark.png to
+--out.
 The last measurements are in docs/benchmarks.md ("Training-step
 benchmark").
 """
@@ -26,6 +29,7 @@ from typing import Dict, List
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import train_step_benchmark as bench
+from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
@@ -89,8 +93,18 @@ def main(argv=None) -> Dict:
         facts, f'size {args.size.upper()}, batch {args.batch}'
         + (', with_cp' if args.with_cp else ''), args.amp))
     history: Dict[str, List[Dict]] = {}
-    rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
-        models, size, args.batch, options, device, history, memory_limit))
+    done: List[Dict] = []
+
+    def measure(size):
+        rows = bench.measure_size(models, size, args.batch, options, device,
+                                  history, memory_limit)
+        done.extend(rows)  # kept if a larger size exhausts the memory
+        write_json(osp.join(args.out, 'benchmark.json'), dict(
+            machine=facts, size=args.size, batch=args.batch,
+            with_cp=args.with_cp, amp=args.amp, results=done, partial=True))
+        return rows
+
+    rows = common.measure_sizes(args.sizes, measure)
     bench.add_ratios(rows)
     fits = common.slopes(rows, ('step_ms', 'mem_step'))
     report = dict(machine=facts, size=args.size, batch=args.batch,

@@ -203,8 +203,7 @@ class SharedEncoderEvaluation:
         return twin
 
     def _run_views(self, model: nn.Module, heads: Sequence[nn.Module],
-                   data: dict, fast: None) -> Iterator[Tuple[int, int,
-                                                             list]]:
+                   data: dict) -> Iterator[Tuple[int, int, list]]:
         """Per head: mmseg's own ``predict`` on a view of the segmentor
         (the encoder's features recorded by the first, replayed to the
         others); the non-finite and total logits and the outputs."""
@@ -274,9 +273,9 @@ class SharedEncoderEvaluation:
             for batch in self.dataloader:
                 with autocast(enabled=self.fp16):
                     data = model.data_preprocessor(batch, False)
-                run = self._run_fast if fast else self._run_views
-                for i, (bad, total, outputs) in enumerate(
-                        run(model, heads, data, fast)):
+                runs = (self._run_fast(model, heads, data, fast) if fast
+                        else self._run_views(model, heads, data))
+                for i, (bad, total, outputs) in enumerate(runs):
                     counts[i][0] += bad
                     counts[i][1] += total
                     evaluators[i].process(data_samples=outputs,

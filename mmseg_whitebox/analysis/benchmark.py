@@ -345,6 +345,35 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
     return models
 
 
+def ratios_to_reference(rows: List[Dict], reference: str,
+                        keys: Sequence[str], suffix: str) -> None:
+    """``<key>_vs_<suffix>``: every figure in ``keys`` as a ratio to the
+    ``reference`` row (``row['head']``) of the same size."""
+    by_size: Dict[str, Dict[str, Dict]] = {}
+    for row in rows:
+        by_size.setdefault(row['size'], {})[row['head']] = row
+    for group in by_size.values():
+        ref = group.get(reference)
+        for row in group.values():
+            for key in keys:
+                if ref and row.get(key) and ref.get(key):
+                    row[f'{key}_vs_{suffix}'] = row[key] / ref[key]
+
+
+def ratio_lines(rows: List[Dict], reference: str, time_key: str,
+                memory_key: str) -> List[str]:
+    """One line per row other than the reference: its ``time_key`` and
+    ``memory_key`` ratios (as :func:`ratios_to_reference` names them)."""
+    lines = []
+    for r in rows:
+        if r['head'] != reference and time_key in r:
+            mem = r.get(memory_key)
+            lines.append(f'  {r["head"]:<15} {r["size"]:>9}: '
+                         f'{r[time_key]:.3f}  '
+                         + (f'{mem:.3f}' if mem else '-'))
+    return lines
+
+
 def autocast(device: torch.device, amp: Optional[str]):
     if amp is None:
         return nullcontext()

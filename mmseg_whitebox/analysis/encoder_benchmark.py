@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from .benchmark import (BenchmarkOptions, autocast, build_models,
                         describe_row, find_config, over_limit, peak_memory,
-                        results_table, time_rows)
+                        ratios_to_reference, results_table, time_rows)
 from .complexity import flop_analyzer
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
@@ -152,15 +152,7 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
 
 def add_ratios(rows: List[Dict]) -> None:
     """``<key>_vs_vit`` for every figure, per size."""
-    by_size: Dict[str, Dict[str, Dict]] = {}
-    for row in rows:
-        by_size.setdefault(row['size'], {})[row['head']] = row
-    for encoders in by_size.values():
-        ref = encoders.get(REFERENCE)
-        for row in encoders.values():
-            for key in RATIO_KEYS:
-                if ref and row.get(key) and ref.get(key):
-                    row[f'{key}_vs_{REFERENCE}'] = row[key] / ref[key]
+    ratios_to_reference(rows, REFERENCE, RATIO_KEYS, REFERENCE)
 
 
 COLUMNS = [

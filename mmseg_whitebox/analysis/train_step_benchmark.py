@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 
 from .benchmark import (BenchmarkOptions, autocast, build_models,
-                        find_config, over_limit, peak_memory, results_table,
-                        time_rows)
+                        find_config, over_limit, peak_memory,
+                        ratios_to_reference, results_table, time_rows)
 
 # model name -> config (relative to configs/, {size} = t|s|b)
 TRAIN_CONFIGS = {
@@ -150,15 +150,7 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
 def add_ratios(rows: List[Dict]) -> None:
     """``<key>_vs_ref`` (against :data:`REFERENCE`) for every figure, per
     size."""
-    by_size: Dict[str, Dict[str, Dict]] = {}
-    for row in rows:
-        by_size.setdefault(row['size'], {})[row['head']] = row
-    for models in by_size.values():
-        ref = models.get(REFERENCE)
-        for row in models.values():
-            for key in RATIO_KEYS:
-                if ref and row.get(key) and ref.get(key):
-                    row[f'{key}_vs_ref'] = row[key] / ref[key]
+    ratios_to_reference(rows, REFERENCE, RATIO_KEYS, 'ref')
 
 
 COLUMNS = [

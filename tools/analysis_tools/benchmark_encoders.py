@@ -64,12 +64,9 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
         fitted = '  '.join(f'{k} {v:.2f}' for k, v in fit.items())
         print(f'  {name:<10} {fitted}')
     print('\nencoder forward / ViT (latency, peak memory):')
-    for r in rows:
-        if r['head'] != bench.REFERENCE and 'enc_fwd_ms_vs_vit' in r:
-            mem = r.get('enc_mem_fwd_vs_vit')
-            print(f'  {r["head"]:<10} {r["size"]:>9}: '
-                  f'{r["enc_fwd_ms_vs_vit"]:.3f}  '
-                  + (f'{mem:.3f}' if mem else '-'))
+    print('\n'.join(common.ratio_lines(rows, bench.REFERENCE,
+                                       'enc_fwd_ms_vs_vit',
+                                       'enc_mem_fwd_vs_vit')))
 
 
 def main(argv=None) -> Dict:

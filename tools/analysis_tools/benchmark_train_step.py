@@ -66,12 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def print_summary(rows: List[Dict]) -> None:
     print(f'\ntraining step / {bench.REFERENCE} (time, peak memory):')
-    for r in rows:
-        if r['head'] != bench.REFERENCE and 'step_ms_vs_ref' in r:
-            mem = r.get('mem_step_vs_ref')
-            print(f'  {r["head"]:<15} {r["size"]:>9}: '
-                  f'{r["step_ms_vs_ref"]:.3f}  '
-                  + (f'{mem:.3f}' if mem else '-'))
+    print('\n'.join(common.ratio_lines(rows, bench.REFERENCE,
+                                       'step_ms_vs_ref', 'mem_step_vs_ref')))
 
 
 def main(argv=None) -> Dict:

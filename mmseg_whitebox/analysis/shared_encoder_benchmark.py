@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .benchmark import prepare_run, synchronize
+from .benchmark import build_models, prepare_run, synchronize
 
 
 @dataclass
@@ -42,24 +42,14 @@ class SharedSweepOptions:
 def build(options: SharedSweepOptions, data_root: str,
           device: torch.device):
     """Config, model (random weights, eval mode) and test dataloader."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
-    from mmseg.registry import MODELS
-    cfg = Config.fromfile(options.config)
-    cfg.model.pretrained = None
-    cfg.model.backbone.init_cfg = None
-    if options.cfg_options:
-        cfg.merge_from_dict(options.cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    model = build_models({'model': options.config}, device, 0,
+                         options.cfg_options)['model']
+    cfg = model.cfg
     cfg.test_dataloader.dataset.data_root = data_root
     cfg.test_dataloader.num_workers = 0
     cfg.test_dataloader.persistent_workers = False
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    model.to(device)
-    return cfg, model.eval(), Runner.build_dataloader(cfg.test_dataloader)
+    return cfg, model, Runner.build_dataloader(cfg.test_dataloader)
 
 
 def timed_evaluation(model: torch.nn.Module, evaluate: Callable[[], Any],
@@ -108,8 +98,8 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
     ``shared_s``, ``ratio``, ``encoder_s`` and ``evaluation_s`` (one
     clean evaluation), ``passes``, ``identical`` and the per-setting
     ``metrics`` of both paths (and with ``options.profile``, ``profile``:
-    the op table of one more, untimed shared sweep). ``ValueError`` for a bad device or
-    target."""
+    the op table of one more, untimed shared sweep). ``ValueError`` for a
+    bad device or target."""
     from mmseg_whitebox.datasets.synthetic_ade20k import \
         generate_synthetic_ade20k
     from mmseg_whitebox.robustness import (PAPER_SIGMAS, LoopEvaluation,

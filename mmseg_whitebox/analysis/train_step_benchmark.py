@@ -139,9 +139,9 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
         past.append(row)
     time_rows(rows, runnable, ('step', ), options, device)
     for row in rows:
-        mem = row.get('mem_step')
+        step, mem = row.get('step_ms'), row.get('mem_step')
         print(f'  {row["head"]:<15} {row["size"]:>9} batch {batch}  step '
-              f'{row.get("step_ms", 0):.0f} ms  peak '
+              + (f'{step:.0f} ms' if step else '-') + '  peak '
               + (f'{mem / 2**20:.0f} MiB' if mem else '-')
               + f'  {row["status"]}', flush=True)
     return rows

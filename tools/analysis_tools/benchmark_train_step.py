@@ -15,10 +15,9 @@ on --batch random crops with random labels; median time, peak memory,
 each as a ratio to ViT + Segmenter's mask head, and log-log slopes of
 cost against tokens. Sizes predicted to need more memory than there is are
 skipped (from a model's two smaller sizes: its first two sizes always
-run, so start with small ones). Writes benchmark.json (after every size, so that a run killed
-for memory keeps what it measured), benchmark.md and benchmark.png to
---out.
-The last measurements are in docs/benchmarks.md ("Training-step
+run, so start with small ones). Writes benchmark.json (after every size,
+so that a run killed for memory keeps what it measured), benchmark.md and
+benchmark.png to --out. The last measurements are in docs/benchmarks.md ("Training-step
 benchmark").
 """
 import argparse
@@ -88,6 +87,8 @@ def main(argv=None) -> Dict:
     print(common.machine_line(
         facts, f'size {args.size.upper()}, batch {args.batch}'
         + (', with_cp' if args.with_cp else ''), args.amp))
+    setup = dict(machine=facts, size=args.size, batch=args.batch,
+                 with_cp=args.with_cp, amp=args.amp)
     history: Dict[str, List[Dict]] = {}
     done: List[Dict] = []
 
@@ -95,17 +96,14 @@ def main(argv=None) -> Dict:
         rows = bench.measure_size(models, size, args.batch, options, device,
                                   history, memory_limit)
         done.extend(rows)  # kept if a larger size exhausts the memory
-        write_json(osp.join(args.out, 'benchmark.json'), dict(
-            machine=facts, size=args.size, batch=args.batch,
-            with_cp=args.with_cp, amp=args.amp, results=done, partial=True))
+        write_json(osp.join(args.out, 'benchmark.json'),
+                   dict(setup, results=done, partial=True))
         return rows
 
     rows = common.measure_sizes(args.sizes, measure)
     bench.add_ratios(rows)
     fits = common.slopes(rows, ('step_ms', 'mem_step'))
-    report = dict(machine=facts, size=args.size, batch=args.batch,
-                  with_cp=args.with_cp, amp=args.amp, results=rows,
-                  slopes=fits)
+    report = dict(setup, results=rows, slopes=fits)
     common.write_report(args.out, report, bench.markdown_table(rows),
                         f'training step ({args.size.upper()}, batch '
                         f'{args.batch})', latency=('step_ms', ),

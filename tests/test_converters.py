@@ -5,13 +5,14 @@ classification checkpoints (state dicts built here from the published
 modules' key names and shapes) load with strict=True."""
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.models.backbones.vit_conversion import (
-    timm_vit_to_mmseg, vit_to_white_box)
+    augreg_to_timm, timm_vit_to_mmseg, vit_to_white_box)
 from mmseg_whitebox.models.backbones.white_box_conversion import (
     white_box_to_mmseg)
 
@@ -326,3 +327,308 @@ def test_timm_converter_checks_against_an_mmseg_vit_config(tmp_path):
     assert not (tmp_path / 'vit.mmseg').exists()
     run_tool(convert + [config])
     assert (tmp_path / 'vit.mmseg').exists()
+
+
+# ---------------------------------------------- JAX ViT (.npz) weights
+# A ViT of 2 layers, width 32, 2 heads of 16, MLP 128 and 16x16 patches on
+# a 48x32 input (a 3x2 grid), with random weights written in both formats
+# the released code's pretrained ViTs come in: the JAX .npz timm 0.4.12
+# downloads (its default_cfgs for vit_*_patch16_384,
+# timm/models/vision_transformer.py:59-103) and reads with _load_weights
+# (vision_transformer.py:396-472), and timm's state dict.
+NPZ_VIT = dict(layers=2, width=32, heads=2, hidden=128, patch=16,
+               size=(48, 32), classes=10)
+#: the released Segmenter ViT's LayerNorm: torch's default eps
+#: (segm/model/vit.py:89, segm/model/blocks.py:83-84)
+RELEASED_EPS = 1e-5
+#: features agree to this fraction of their largest magnitude (float64)
+NPZ_RTOL = 1e-10
+
+
+def timm_layout_weights(seed: int = 0) -> dict:
+    """Random float64 weights of the small ViT on timm's keys, classifier
+    included."""
+    d, f, p = NPZ_VIT['width'], NPZ_VIT['hidden'], NPZ_VIT['patch']
+    tokens = (NPZ_VIT['size'][0] // p) * (NPZ_VIT['size'][1] // p) + 1
+    shapes = {'cls_token': (1, 1, d), 'pos_embed': (1, tokens, d),
+              'patch_embed.proj.weight': (d, 3, p, p),
+              'patch_embed.proj.bias': (d, ), 'norm.weight': (d, ),
+              'norm.bias': (d, ), 'head.weight': (NPZ_VIT['classes'], d),
+              'head.bias': (NPZ_VIT['classes'], )}
+    for i in range(NPZ_VIT['layers']):
+        shapes.update({
+            f'blocks.{i}.norm1.weight': (d, ), f'blocks.{i}.norm1.bias': (d, ),
+            f'blocks.{i}.attn.qkv.weight': (3 * d, d),
+            f'blocks.{i}.attn.qkv.bias': (3 * d, ),
+            f'blocks.{i}.attn.proj.weight': (d, d),
+            f'blocks.{i}.attn.proj.bias': (d, ),
+            f'blocks.{i}.norm2.weight': (d, ), f'blocks.{i}.norm2.bias': (d, ),
+            f'blocks.{i}.mlp.fc1.weight': (f, d),
+            f'blocks.{i}.mlp.fc1.bias': (f, ),
+            f'blocks.{i}.mlp.fc2.weight': (d, f),
+            f'blocks.{i}.mlp.fc2.bias': (d, )})
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, shape in shapes.items():
+        scale = 1.0 if key.endswith('bias') or 'norm' in key else \
+            shape[-1] ** -0.5 if len(shape) == 2 else 0.5
+        state[key] = scale * torch.randn(shape, generator=g,
+                                         dtype=torch.float64)
+        if 'norm' in key and key.endswith('weight'):
+            state[key] = 1 + 0.2 * state[key]
+    return state
+
+
+def write_augreg_arrays(state: dict) -> dict:
+    """The JAX ViT's arrays holding the weights of a timm state dict:
+    Flax's (in, out) Dense kernels, an (h, w, in, out) convolution kernel,
+    (width, heads, head_dim) query/key/value kernels and a (heads,
+    head_dim, width) output kernel (what timm 0.4.12's _load_weights
+    undoes, vision_transformer.py:437-472)."""
+    d, h = NPZ_VIT['width'], NPZ_VIT['heads']
+    n = {k: v.numpy() for k, v in state.items()}
+    w = {'embedding/kernel': np.einsum('oiyx->yxio',
+                                       n['patch_embed.proj.weight']),
+         'embedding/bias': n['patch_embed.proj.bias'],
+         'cls': n['cls_token'],
+         'Transformer/posembed_input/pos_embedding': n['pos_embed'],
+         'Transformer/encoder_norm/scale': n['norm.weight'],
+         'Transformer/encoder_norm/bias': n['norm.bias'],
+         'head/kernel': n['head.weight'].T, 'head/bias': n['head.bias']}
+    for i in range(NPZ_VIT['layers']):
+        b, t = f'Transformer/encoderblock_{i}/', f'blocks.{i}.'
+        attn = b + 'MultiHeadDotProductAttention_1/'
+        qkv_w = n[t + 'attn.qkv.weight'].reshape(3, h, d // h, d)
+        qkv_b = n[t + 'attn.qkv.bias'].reshape(3, h, d // h)
+        for j, role in enumerate(('query', 'key', 'value')):
+            w[f'{attn}{role}/kernel'] = np.einsum('hkd->dhk', qkv_w[j])
+            w[f'{attn}{role}/bias'] = qkv_b[j]
+        w[attn + 'out/kernel'] = np.einsum(
+            'dhk->hkd', n[t + 'attn.proj.weight'].reshape(d, h, d // h))
+        w[attn + 'out/bias'] = n[t + 'attn.proj.bias']
+        for ln, name in (('LayerNorm_0', 'norm1'), ('LayerNorm_2', 'norm2')):
+            w[f'{b}{ln}/scale'] = n[f'{t}{name}.weight']
+            w[f'{b}{ln}/bias'] = n[f'{t}{name}.bias']
+        for j, fc in enumerate(('fc1', 'fc2')):
+            w[f'{b}MlpBlock_3/Dense_{j}/kernel'] = n[f'{t}mlp.{fc}.weight'].T
+            w[f'{b}MlpBlock_3/Dense_{j}/bias'] = n[f'{t}mlp.{fc}.bias']
+    return {k: np.ascontiguousarray(v) for k, v in w.items()}
+
+
+def augreg_vit_features(w: dict, image: torch.Tensor) -> torch.Tensor:
+    """The patch features (B, width, h, w) of the released Segmenter ViT
+    (segm/model/vit.py:108-134, blocks.py:56-95: timm's ViT with torch's
+    LayerNorm eps), computed on the JAX arrays as they are stored."""
+    t = {k: torch.from_numpy(v) for k, v in w.items()}
+
+    def norm(x, name):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return ((x - mean) / torch.sqrt(var + RELEASED_EPS) *
+                t[name + '/scale'] + t[name + '/bias'])
+
+    kernel = t['embedding/kernel']  # (py, px, in, width)
+    p, d = kernel.shape[0], kernel.shape[3]
+    b, c, height, width = image.shape
+    gh, gw = height // p, width // p
+    patches = image.reshape(b, c, gh, p, gw, p)
+    x = torch.einsum('bcyixj,ijcd->byxd', patches, kernel) + \
+        t['embedding/bias']
+    x = torch.cat([t['cls'].expand(b, 1, d), x.reshape(b, gh * gw, d)], 1)
+    x = x + t['Transformer/posembed_input/pos_embedding']
+    for i in range(NPZ_VIT['layers']):
+        blk = f'Transformer/encoderblock_{i}/'
+        attn = blk + 'MultiHeadDotProductAttention_1/'
+        y = norm(x, blk + 'LayerNorm_0')
+        q, k, v = (torch.einsum('bnd,dhk->bhnk', y, t[f'{attn}{r}/kernel'])
+                   + t[f'{attn}{r}/bias'][:, None]
+                   for r in ('query', 'key', 'value'))
+        scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+        o = torch.softmax(scores, -1) @ v
+        x = x + torch.einsum('bhnk,hkd->bnd', o, t[attn + 'out/kernel']) + \
+            t[attn + 'out/bias']
+        y = norm(x, blk + 'LayerNorm_2')
+        mlp = blk + 'MlpBlock_3/'
+        y = torch.nn.functional.gelu(y @ t[mlp + 'Dense_0/kernel'] +
+                                     t[mlp + 'Dense_0/bias'])
+        x = x + y @ t[mlp + 'Dense_1/kernel'] + t[mlp + 'Dense_1/bias']
+    x = norm(x, 'Transformer/encoder_norm')[:, 1:]
+    return x.reshape(b, gh, gw, d).permute(0, 3, 1, 2)
+
+
+def npz_vit_backbone():
+    """mmseg's ViT as the published Segmenter ViT-T config builds it
+    (patch bias, LayerNorm eps, CLS token, final norm), at the small ViT's
+    sizes, in float64."""
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    cfg = Config.fromfile(osp.join(
+        REPO, 'configs', 'segmenter',
+        'segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'))
+    assert cfg.model.backbone.norm_cfg.eps == RELEASED_EPS
+    model = MODELS.build(dict(
+        cfg.model.backbone, img_size=NPZ_VIT['size'],
+        embed_dims=NPZ_VIT['width'], num_heads=NPZ_VIT['heads'],
+        num_layers=NPZ_VIT['layers']))
+    # the configs keep mmseg's MLP ratio 4, the released d_ff = 4 x width
+    # (segm/model/factory.py:48-49)
+    assert model.layers[0].ffn.layers[0][0].out_features == NPZ_VIT['hidden']
+    model.double()
+    model.eval()  # (mmseg's ViT.train returns None)
+    return model
+
+
+def relative_error(backbone, state: dict, expected: torch.Tensor,
+                   image: torch.Tensor) -> float:
+    backbone.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        ours = backbone(image)[-1]
+    return ((ours - expected).abs().max() / expected.abs().max()).item()
+
+
+def test_augreg_npz_and_timm_pth_convert_to_the_released_vit(tmp_path):
+    """The .npz and the .pth of the same weights convert to the same mmseg
+    state dict (exactly: both are permutations of the same numbers), and
+    mmseg's ViT, built as the configs build it and loaded strictly with
+    it, computes the features the released ViT computes from the .npz
+    (float64, within NPZ_RTOL of their largest magnitude)."""
+    from mmseg_whitebox.utils.state_dicts import read_state_dict
+    timm_state = timm_layout_weights()
+    arrays = write_augreg_arrays(timm_state)
+    np.savez(tmp_path / 'vit.npz', **arrays)
+    torch.save(timm_state, tmp_path / 'vit.pth')
+    from_npz = read_state_dict(str(tmp_path / 'vit.npz'))
+    assert from_npz.keys() == timm_state.keys()
+    assert all(torch.equal(from_npz[k], timm_state[k]) for k in timm_state)
+    # the file is what timm reads: the installed timm's own .npz loader
+    # (load_pretrained, the _load_weights of 0.4.12 with later formats
+    # added) gives the same weights
+    from timm.models.vision_transformer import VisionTransformer
+    vit = VisionTransformer(
+        img_size=NPZ_VIT['size'], patch_size=NPZ_VIT['patch'],
+        embed_dim=NPZ_VIT['width'], depth=NPZ_VIT['layers'],
+        num_heads=NPZ_VIT['heads'], num_classes=NPZ_VIT['classes']).double()
+    vit.load_pretrained(str(tmp_path / 'vit.npz'))
+    assert vit.state_dict().keys() == timm_state.keys()
+    assert all(torch.equal(v, timm_state[k])
+               for k, v in vit.state_dict().items())
+    converted = {}
+    for src in ('vit.npz', 'vit.pth'):
+        state, dropped, unmapped = timm_vit_to_mmseg(
+            read_state_dict(str(tmp_path / src)))
+        assert unmapped == [] and dropped == ['head.weight', 'head.bias']
+        converted[src] = state
+    assert converted['vit.npz'].keys() == converted['vit.pth'].keys()
+    assert all(torch.equal(v, converted['vit.pth'][k])
+               for k, v in converted['vit.npz'].items())
+
+    image = torch.randn(2, 3, *NPZ_VIT['size'],
+                        generator=torch.Generator().manual_seed(1),
+                        dtype=torch.float64)
+    expected = augreg_vit_features(arrays, image)
+    assert expected.shape == (2, 32, 3, 2)
+    backbone = npz_vit_backbone()
+    assert relative_error(backbone, converted['vit.npz'], expected,
+                          image) <= NPZ_RTOL
+
+    # sensitivity: query and key kernels swapped in the file, or the
+    # output projection left untransposed, are seen
+    swapped = dict(arrays)
+    attn = 'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/'
+    swapped[attn + 'query/kernel'] = arrays[attn + 'key/kernel']
+    swapped[attn + 'key/kernel'] = arrays[attn + 'query/kernel']
+    state = timm_vit_to_mmseg(augreg_to_timm(swapped))[0]
+    assert relative_error(backbone, state, expected, image) > 1e-3
+    state = dict(converted['vit.npz'])
+    out = 'layers.0.attn.attn.out_proj.weight'
+    state[out] = state[out].T.contiguous()
+    assert relative_error(backbone, state, expected, image) > 1e-3
+
+
+def test_augreg_npz_bad_input(tmp_path):
+    """A key the file lacks, a key no ViT part reads, a wrong shape or an
+    array that would need unpickling: a ValueError naming it."""
+    from mmseg_whitebox.utils.state_dicts import read_state_dict
+    arrays = write_augreg_arrays(timm_layout_weights())
+    dense = 'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'
+    cases = {
+        'missing': ({k: v for k, v in arrays.items() if k != dense},
+                    [repr(dense), 'not a complete JAX ViT']),
+        'hybrid': (dict(arrays, **{'conv_root/kernel': np.zeros(1)}),
+                   ['conv_root/kernel', 'no ViT part']),
+        'shape': (dict(arrays, **{dense: np.zeros(3)}),
+                  [dense, '(3,)', '(128,)']),
+    }
+    for name, (content, words) in cases.items():
+        np.savez(tmp_path / f'{name}.npz', **content)
+        with pytest.raises(ValueError) as info:
+            read_state_dict(str(tmp_path / f'{name}.npz'))
+        for word in words:
+            assert word in str(info.value), (name, word, str(info.value))
+    np.savez(tmp_path / 'objects.npz', cls=np.array([{'a': 1}],
+                                                    dtype=object))
+    with pytest.raises(ValueError, match='cannot be read as plain numpy'):
+        read_state_dict(str(tmp_path / 'objects.npz'))
+    (tmp_path / 'text.npz').write_text('<html>not found</html>')
+    with pytest.raises(ValueError, match='is not a .npz archive'):
+        read_state_dict(str(tmp_path / 'text.npz'))
+
+
+# The weights the released code loads for each ViT size: timm 0.4.12's
+# default_cfgs (timm/models/vision_transformer.py:59-62,73-76,87-90,
+# 100-103), read by segm/model/factory.py:51-76
+RELEASED_PRETRAINED = {
+    'tiny': 'Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--'
+            'imagenet2012-steps_20k-lr_0.03-res_384.npz',
+    'small': 'S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--'
+             'imagenet2012-steps_20k-lr_0.03-res_384.npz',
+    'base': 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--'
+            'imagenet2012-steps_20k-lr_0.01-res_384.npz',
+    'large': 'L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--'
+             'imagenet2012-steps_20k-lr_0.01-res_384.npz',
+}
+
+
+def config_checkpoints() -> dict:
+    """Config file -> the URL its ``checkpoint = '...'`` sets."""
+    import ast
+    import glob
+    found = {}
+    for path in glob.glob(osp.join(REPO, 'configs', '**', '*.py'),
+                          recursive=True):
+        with open(path) as f:
+            for node in ast.parse(f.read()).body:
+                if (isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == 'checkpoint'
+                        for t in node.targets)):
+                    found[osp.relpath(path, REPO)] = node.value.value
+    return found
+
+
+def test_pretrained_weights_table_matches_the_configs():
+    """docs/models.md#pretrained-encoder-weights: each ViT size's row
+    names the file its configs download and the AugReg file the released
+    code loads; every config's download is of its own size."""
+    import re
+    urls = config_checkpoints()
+    with open(osp.join(REPO, 'docs', 'models.md')) as f:
+        text = f.read()
+    table = text[text.index('## Pretrained encoder weights'):]
+    table = table[:table.index('**How the two relate.**')]
+    sizes = {'t': 'tiny', 's': 'small', 'b': 'base', 'l': 'large'}
+    for letter, size in sizes.items():
+        row = next(line for line in table.splitlines()
+                   if line.startswith(f'| `*_vit-{letter}_*`'))
+        assert f'vit_{size}_patch16_384' in row
+        assert RELEASED_PRETRAINED[size] in row
+        # the configs of this size and the model base (vit-b16)
+        downloads = {u for p, u in urls.items()
+                     if re.search(fr'_vit-{letter}(16|_)', osp.basename(p))}
+        assert len(downloads) == 1, downloads
+        url = downloads.pop()
+        assert f'/vit_{size}_p16_384_' in url
+        assert osp.basename(url) in row
+    # every URL is one of the four, under the base the table names
+    assert all(u.startswith('https://download.openmmlab.com/mmsegmentation/'
+                            'v0.5/pretrain/segmenter/vit_') and
+               osp.basename(u) in table for u in urls.values())

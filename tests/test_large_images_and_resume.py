@@ -1,17 +1,25 @@
-"""Bounded memory on large images (BoundedMemoryEncoderDecoder) and
-crash-safe training (SIGKILL between checkpoints, then --resume)."""
+"""Bounded memory on large images (BoundedMemoryEncoderDecoder),
+crash-safe training (SIGKILL between checkpoints, then --resume) and the
+checkpoint a run reports (the final one, as released)."""
+import ast
 import copy
+import glob
+import logging
 import math
 import os
 import os.path as osp
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from typing import List
 
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.logging import MessageHub
 from mmseg.models.segmentors import EncoderDecoder
 from mmseg.structures import SegDataSample
 
@@ -195,11 +203,162 @@ def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
     assert a['optimizer']['state'], 'no optimizer state to compare'
 
 
+# ------------------------------------------------ the checkpoint reported
+# The released code reports its final model (segm/train.py:161,250-261
+# overwrite checkpoint.pth every epoch; segm/eval/miou.py:188,217 evaluates
+# it), and the validation split is the split the papers report: no config
+# selects a checkpoint by validation mIoU, and every checkpoint hook keeps
+# the final checkpoint.
+CONFIG_FILES = sorted(
+    glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True))
+
+
+def _names(path: str, name: str) -> bool:
+    """Whether the config file sets ``name`` anywhere: as a keyword, a
+    dict key or a top-level variable (comments do not count)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == name:
+            return True
+        if isinstance(node, ast.Dict) and any(
+                isinstance(k, ast.Constant) and k.value == name
+                for k in node.keys):
+            return True
+        if isinstance(node, ast.Name) and node.id == name and isinstance(
+                node.ctx, ast.Store):
+            return True
+    return False
+
+
+class _Runner:
+    """What mmengine's CheckpointHook asks of a runner during training:
+    checkpoints are empty files."""
+
+    def __init__(self, work_dir: str, max_iters: int) -> None:
+        self.work_dir, self.max_iters = work_dir, max_iters
+        self.iter = self.epoch = 0
+        self.logger = logging.getLogger('checkpoint-hook-test')
+        # a hub of its own: the hook keeps its checkpoint list there
+        self.message_hub = MessageHub.get_instance(f'hook-test:{work_dir}')
+
+    def save_checkpoint(self, out_dir: str, filename: str, *args,
+                        **kwargs) -> None:
+        open(osp.join(out_dir, filename), 'w').close()
+
+
+def _kept_after_training(hook_cfg: dict, max_iters: int,
+                         work_dir: str) -> List[str]:
+    """The checkpoint files mmengine's CheckpointHook, set as
+    ``hook_cfg``, leaves after ``max_iters`` iterations."""
+    from mmengine.hooks import CheckpointHook
+    os.makedirs(work_dir)
+    hook = CheckpointHook(**{k: v for k, v in hook_cfg.items()
+                             if k != 'type'})
+    runner = _Runner(work_dir, max_iters)
+    hook.before_train(runner)
+    for i in range(max_iters):
+        runner.iter = i
+        hook.after_train_iter(runner, i)
+    hook.after_train(runner)
+    return sorted(f for f in os.listdir(work_dir) if f.endswith('.pth'))
+
+
+def test_no_config_selects_a_checkpoint_on_the_reported_split(tmp_path):
+    assert len(CONFIG_FILES) > 60  # every config and base, demos included
+    assert [p for p in CONFIG_FILES if _names(p, 'save_best')] == []
+    # sensitivity: the scan finds it in a hook like the published one
+    odd = tmp_path / 'odd.py'
+    odd.write_text("# save_best in a comment does not count\n"
+                   "default_hooks = dict(checkpoint=dict(\n"
+                   "    type='CheckpointHook', save_best='mIoU'))\n")
+    assert _names(str(odd), 'save_best')
+    odd.write_text("default_hooks = {'checkpoint': {'save_best': 'mIoU'}}\n")
+    assert _names(str(odd), 'save_best')
+    odd.write_text('# save_best in a comment does not count\n')
+    assert not _names(str(odd), 'save_best')
+
+
+def test_every_checkpoint_hook_keeps_the_final_checkpoint(tmp_path):
+    """Every config file that sets the checkpoint hook or the schedule's
+    length (the schedules; the other configs inherit both), run through
+    mmengine's CheckpointHook for its whole schedule, leaves
+    ``iter_<max_iters>.pth``."""
+    hooks = [p for p in CONFIG_FILES if _names(p, 'default_hooks')]
+    assert sorted(osp.basename(p) for p in hooks) == [
+        'schedule_160k.py', 'schedule_80k.py', 'schedule_demo.py']
+    runs = {}
+    for path in CONFIG_FILES:
+        if _names(path, 'default_hooks') or _names(path, 'train_cfg'):
+            cfg = Config.fromfile(path)
+            runs[osp.basename(path)] = (
+                cfg.default_hooks.checkpoint.to_dict(),
+                cfg.train_cfg.max_iters)
+    assert len(runs) == 4, sorted(runs)
+    for name, (hook, iters) in runs.items():
+        kept = _kept_after_training(hook, iters, str(tmp_path / name))
+        assert f'iter_{iters}.pth' in kept, (name, kept)
+        assert len(kept) <= hook['max_keep_ckpts'], (name, kept)
+    assert _kept_after_training(*runs['schedule_160k.py'],
+                                str(tmp_path / 'ade')) == [
+        'iter_144000.pth', 'iter_160000.pth', 'iter_161728.pth']
+    # sensitivity: without save_last the final iteration (not a multiple
+    # of the interval) is not saved
+    hook, iters = runs['schedule_160k.py']
+    kept = _kept_after_training(dict(hook, save_last=False), iters,
+                                str(tmp_path / 'no-last'))
+    assert 'iter_161728.pth' not in kept
+
+
 @pytest.mark.parametrize('config', [
     DEMO_SEGMENTER,
     'configs/segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py',
     'configs/mssa/mssa_vit-s_8xb1-80k_cityscapes-768x768.py'])
-def test_configs_keep_last_and_best_checkpoints(config):
+def test_configs_keep_the_final_checkpoint(config):
+    """A published config resolves to the schedule's hook."""
     hook = Config.fromfile(osp.join(REPO, config)).default_hooks.checkpoint
-    assert hook.save_best == 'mIoU'
+    assert 'save_best' not in hook and hook.get('save_last', True)
     assert hook.max_keep_ckpts >= 1
+
+
+def _held_out_config_text() -> str:
+    """The config of docs/training.md#selecting-a-checkpoint."""
+    with open(osp.join(REPO, 'docs', 'training.md')) as f:
+        text = f.read()
+    section = text[text.index('### Selecting a checkpoint'):]
+    return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+
+
+def test_held_out_selection_config_of_the_docs(tiny_ade, tmp_path):
+    """The documented config trains on the rest of the training set,
+    validates and selects on the held-out part and tests on the
+    validation split."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import DATASETS
+    root = str(tmp_path / 'ADEChallengeData2016')
+    shutil.copytree(tiny_ade, root)
+    names = sorted(f[:-4] for f in os.listdir(
+        osp.join(root, 'images', 'training')))
+    os.makedirs(osp.join(root, 'splits'))
+    for file, part in [('heldout.txt', names[:2]), ('train.txt', names[2:])]:
+        with open(osp.join(root, 'splits', file), 'w') as f:
+            f.write(''.join(n + '\n' for n in part))
+    text = _held_out_config_text()
+    base = re.search(r"_base_ = '\.\./(.*)'", text).group(1)
+    config = tmp_path / 'heldout.py'
+    config.write_text(text.replace(
+        f"'../{base}'", repr(osp.join(REPO, 'configs', base))))
+    cfg = Config.fromfile(str(config))
+    assert cfg.default_hooks.checkpoint.save_best == 'mIoU'
+    init_default_scope('mmseg')
+    seen = {}
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        dataset = DATASETS.build(dict(cfg[loader].dataset, data_root=root))
+        seen[loader] = sorted(osp.relpath(d['img_path'], root)
+                              for d in dataset.load_data_list())
+    training = [osp.join('images', 'training', n + '.jpg') for n in names]
+    assert seen['train_dataloader'] == training[2:]
+    assert seen['val_dataloader'] == training[:2]
+    assert seen['test_dataloader'] == sorted(
+        osp.join('images', 'validation', f) for f in os.listdir(
+            osp.join(root, 'images', 'validation')))

@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 from _helpers import DEMO_SEGMENTER, REPO, run_tool, small_run_options
+from test_converters import timm_layout_weights, write_augreg_arrays
 
 DEMO_CBSA = osp.join('configs', 'cbsa',
                      'cbsa_vit-demo_1xb8-800iter_synthade-128x128.py')
@@ -335,6 +336,20 @@ def test_converter_never_overwrites_its_source(tmp_path):
     tool_fails(['tools/model_converters/timm2mmseg.py', str(src),
                 str(tmp_path / '.' / 'vit.pth')], 'timm2mmseg.py',
                'is the input', unchanged=[tmp_path])
+
+
+def test_npz_missing_a_key_writes_nothing(tmp_path):
+    """A JAX ViT .npz without one of its arrays: one line naming it."""
+    arrays = write_augreg_arrays(timm_layout_weights())
+    key = 'Transformer/encoderblock_0/MultiHeadDotProductAttention_1/' \
+        'value/kernel'
+    del arrays[key]
+    src, dst = tmp_path / 'vit.npz', tmp_path / 'dst.pth'
+    np.savez(src, **arrays)
+    dst.write_bytes(b'weights converted earlier')
+    tool_fails(['tools/model_converters/timm2mmseg.py', str(src), str(dst)],
+               'timm2mmseg.py', str(src), repr(key),
+               'not a complete JAX ViT', unchanged=[tmp_path])
 
 
 def test_empty_state_dict_writes_nothing(tmp_path):

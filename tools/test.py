@@ -13,6 +13,13 @@ whose input or prediction is not finite are counted and reported.
 
 The metrics are logged and also written by mmengine to
 ``WORK_DIR/<timestamp>/<timestamp>.json``.
+
+The checkpoint to evaluate and report is the final one a training run
+wrote, ``WORK_DIR/iter_<max_iters>.pth`` (named in
+``WORK_DIR/last_checkpoint``): the released Segmenter, CBT and DEPICT code
+reports its final model, and the configs' validation split is the split
+the papers report, so no checkpoint is selected on it
+(docs/training.md#which-checkpoint-to-report).
 """
 import argparse
 import os.path as osp
@@ -35,7 +42,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Test (and evaluate) a segmentor')
     parser.add_argument('config', help='config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        'checkpoint',
+        help='checkpoint file; to report a result, the final one of the '
+        'run (WORK_DIR/iter_<max_iters>.pth, e.g. iter_161728.pth for the '
+        'ADE20K schedule), as the released code reports')
     parser.add_argument(
         '--out',
         help='folder to save the predictions (as PNG label maps) for '

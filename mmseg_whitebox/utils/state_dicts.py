@@ -2,15 +2,19 @@
 converters in ``tools/model_converters/``.
 
 Foreign checkpoints are read weights-only (a ``.pth`` that needs full
-unpickling is refused, never executed) or from ``.safetensors``.
+unpickling is refused, never executed), from ``.safetensors``, or from a
+JAX ViT ``.npz`` (numpy with ``allow_pickle=False``: plain arrays only).
 """
 from __future__ import annotations
 
 import os.path as osp
+import zipfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
+from mmseg_whitebox.models.backbones.vit_conversion import augreg_to_timm
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
 from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
 from mmseg_whitebox.utils.atomic import check_not_input, save_torch, write_text
@@ -21,13 +25,35 @@ StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
 
 
+def read_npz(path: str) -> Dict[str, np.ndarray]:
+    """The arrays of a ``.npz`` file, read with ``allow_pickle=False`` (an
+    object array, which would need unpickling, is refused). Raises
+    ``ValueError`` saying what is wrong with the file."""
+    if osp.getsize(path) == 0:
+        raise ValueError(f'{path!r} is empty (0 bytes): the download or '
+                         'copy was interrupted. Download it again')
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f'{path!r} is not a .npz archive (a zip of numpy '
+                         'arrays): it is truncated or of another format. '
+                         'Download it again')
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except Exception as exc:  # BadZipFile, ValueError (pickled objects)
+        raise ValueError(f'{path!r} cannot be read as plain numpy arrays '
+                         f'({type(exc).__name__}: {exc})') from exc
+
+
 def read_state_dict(path: str) -> StateDict:
     """The tensors of ``path`` (``.pth``/``.pt`` read weights-only, or
     ``.safetensors``); a checkpoint that wraps them under ``state_dict``
-    or ``model`` is unwrapped. Raises ``ValueError`` saying what is
-    wrong with the file."""
+    or ``model`` is unwrapped. A ``.npz`` is a JAX ViT (the AugReg files
+    timm 0.4.12 loads), returned on timm's keys. Raises ``ValueError``
+    saying what is wrong with the file."""
     if not osp.isfile(path):
         raise ValueError(f'{path!r} does not exist')
+    if path.endswith('.npz'):
+        return augreg_to_timm(read_npz(path), path)
     if path.endswith('.safetensors'):
         from safetensors.torch import load_file
         try:

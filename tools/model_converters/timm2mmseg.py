@@ -5,7 +5,10 @@ project's WhiteBoxViT.
         [--config CONFIG]
 
 SRC: a timm ``vit_{tiny,small,base,large}_patch16_*`` state dict
-(``.pth``, read weights-only, or ``.safetensors``). DST: a weights-only
+(``.pth``, read weights-only, or ``.safetensors``), or the JAX ``.npz``
+timm 0.4.12 downloads for them (the AugReg files the released Segmenter,
+CBT and DEPICT code start from; read as plain arrays, never unpickled;
+table in docs/models.md#pretrained-encoder-weights). DST: a weights-only
 checkpoint for ``init_cfg=dict(type='Pretrained', checkpoint=DST)`` of a
 backbone with ``patch_bias=True`` (the patch embedding keeps its bias).
 ``--to white-box`` writes WhiteBoxViT keys, for the CBSA-adapted ViTs
@@ -30,7 +33,9 @@ CONVERTERS = {'vit': timm_vit_to_mmseg, 'white-box': vit_to_white_box}
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('src', help='timm ViT state dict (.pth or .safetensors)')
+    p.add_argument('src', help='timm ViT state dict (.pth or .safetensors) '
+                   "or JAX ViT weights (AugReg .npz, as timm 0.4.12's "
+                   'default_cfgs download them)')
     p.add_argument('dst', help='where to write the mmseg checkpoint')
     p.add_argument('--to', choices=list(CONVERTERS), default='vit',
                    help="the backbone: mmseg's VisionTransformer (vit, "

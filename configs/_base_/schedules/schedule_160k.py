@@ -49,10 +49,21 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    # the last 3 interval checkpoints and the best by validation mIoU
-    # (best_mIoU_iter_*.pth); the other schedules inherit both settings
+    # The final model, iter_<max_iters>.pth (mmengine's save_last, on by
+    # default), is the checkpoint to evaluate and report; the last 3
+    # checkpoints are kept, the final one always among them. No checkpoint
+    # is selected by validation mIoU: the validation split is the split the
+    # papers report (ADE20K, Pascal Context and Cityscapes val), and the
+    # released code reports its final model. segm/train.py:161,250-261
+    # overwrites log_dir/checkpoint.pth with the current model after every
+    # epoch, its evaluation during training only logs (train.py:263-296),
+    # and segm/eval/miou.py:188,217 evaluates the checkpoint.pth it is
+    # given (README.md:179-184; CBT: QishuaiWen/CBSA README.md:100-104;
+    # DEPICT: QishuaiWen/DEPICT README.md:60-65). The other schedules
+    # inherit this hook. Selecting on a held-out split instead:
+    # docs/training.md#selecting-a-checkpoint.
     checkpoint=dict(
         type='CheckpointHook', by_epoch=False, interval=16000,
-        max_keep_ckpts=3, save_best='mIoU'),
+        max_keep_ckpts=3),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))

@@ -31,10 +31,11 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    # the last checkpoint and the best by validation mIoU
-    # (best_mIoU_iter_*.pth)
+    # the final checkpoint only (iter_800.pth), the one the demo tests and
+    # reports; no selection by validation mIoU, as in the published
+    # schedules (schedule_160k.py)
     checkpoint=dict(
         type='CheckpointHook', by_epoch=False, interval=800,
-        max_keep_ckpts=1, save_best='mIoU'),
+        max_keep_ckpts=1),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))

@@ -217,7 +217,7 @@ def test_decoder(path):
     if kind == 'segmenter':
         # segm/config.yml:101-104, segm/model/factory.py:89-94
         assert (head.type, head.num_layers, head.get('mlp_ratio', 4)) == (
-            'SegmenterMaskTransformerHead', 2, 4)
+            'SegmenterMaskTransformerHeadReleasedInit', 2, 4)
         assert head.num_heads == head.embed_dims // 64
         assert (head.drop_rate, head.attn_drop_rate,
                 head.drop_path_rate) == (0.1, 0.1, 0.0)

@@ -11,4 +11,10 @@ model = dict(
         dropout_ratio=0.0,
         concat_input=False,
         num_classes=150,
-        loss_decode=_base_.loss_decode))
+        loss_decode=_base_.loss_decode,
+        # the released head is nn.Linear(d, n_cls) under init_weights:
+        # trunc-normal std 0.02 (cut at +-2), bias 0 (segm/model/decoder.py:
+        # 21-22, segm/model/utils.py:12-16); mmseg's default for conv_seg
+        # is N(0, 0.01)
+        init_cfg=dict(type='TruncNormal', std=0.02, a=-2.0, b=2.0, bias=0.0,
+                      override=dict(name='conv_seg'))))

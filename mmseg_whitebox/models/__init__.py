@@ -6,11 +6,13 @@ from . import layers
 from .backbones import WhiteBoxViT
 from .data_preprocessors import ShortSideDataPreProcessor
 from .decode_heads import (CBSAHead, DEPICTHead, JointTokenHead,
-                           MaskClassificationHead, MSSAHead, TSSAHead)
+                           MaskClassificationHead, MSSAHead,
+                           SegmenterMaskTransformerHeadReleasedInit, TSSAHead)
 from .segmentors import BoundedMemoryEncoderDecoder
 
 __all__ = [
     'BoundedMemoryEncoderDecoder', 'CBSAHead', 'DEPICTHead', 'JointTokenHead',
-    'MaskClassificationHead', 'MSSAHead', 'ShortSideDataPreProcessor',
+    'MaskClassificationHead', 'MSSAHead',
+    'SegmenterMaskTransformerHeadReleasedInit', 'ShortSideDataPreProcessor',
     'TSSAHead', 'WhiteBoxViT', 'layers'
 ]

@@ -9,8 +9,6 @@ connection of its own; CRATE and CBT encoders pair it with MSSA / CBSA.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -29,7 +27,11 @@ class ISTA(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        """``kaiming_uniform_`` with its defaults (a = 0: U(+-sqrt(6 / d))),
+        as CRATE (``model/crate.py:27-29``) and CBT
+        (``CBSA_image_classification/models.py:83-85``) draw the
+        dictionary."""
+        nn.init.kaiming_uniform_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # D^T (x - D x) with tokens as rows: x D - x D^T D

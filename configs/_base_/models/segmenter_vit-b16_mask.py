@@ -1,6 +1,7 @@
 # Segmenter (Strudel et al., ICCV 2021): mmseg's VisionTransformer encoder
-# and mmseg's SegmenterMaskTransformerHead, set as the released training
-# code (rstrudel/segmenter, which the CBT and DEPICT code fork) builds them.
+# and mmseg's SegmenterMaskTransformerHead (initialised as released), set as
+# the released training code (rstrudel/segmenter, which the CBT and DEPICT
+# code fork) builds them.
 # ViT-B/16 sizes; the per-size configs override the widths. The recipe
 # table with the released file and line of every value is in
 # configs/segmenter/README.md.
@@ -51,7 +52,12 @@ model = dict(
         interpolate_mode='bilinear',
     ),
     decode_head=dict(
-        type='SegmenterMaskTransformerHead',
+        # mmseg's SegmenterMaskTransformerHead (same modules and keys) with
+        # the released initialisation: projections d ** -0.5 * randn
+        # (segm/model/decoder.py:57,67-68), attention qkv trunc-normal 0.02
+        # with zero bias (segm/model/blocks.py:47, segm/model/utils.py:
+        # 12-19), where mmseg draws trunc-normal 0.02 and xavier-uniform
+        type='SegmenterMaskTransformerHeadReleasedInit',
         in_channels=768,
         channels=768,
         num_classes=150,

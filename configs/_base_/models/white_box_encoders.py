@@ -43,8 +43,20 @@ ista = dict(type='ISTA')
 # (CRATE model/crate.py PreNorm and mlp_head; CBSA repository
 # CBSA_image_classification/models.py PreNorm); ToST with eps 1e-6 (ToST
 # tost_vision/tost.py, norm_layer of every tost_cab_* model)
+# Trained from scratch (no init_cfg), every encoder starts where its
+# released factory starts (WhiteBoxViT.init_weights): CRATE and CBT at
+# PyTorch's module defaults, CLS token and positions N(0, 1), ISTA
+# dictionaries kaiming-uniform (CRATE model/crate.py:27-29,120-139, which
+# initialises nothing itself; CBSA repository
+# CBSA_image_classification/models.py:83-85,147-160); ToST as timm does:
+# Linear trunc-normal 0.02 with zero bias, CLS token trunc-normal 0.02
+# (ToST tost_vision/tost.py:372,398-408; its Fourier positions are not
+# reproduced, the learned ones start as the released Segmenter ViT's,
+# trunc-normal 0.02, segm/model/vit.py:92)
 eps_1e5_vit = dict(whitebox_vit,
-                   norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True))
+                   norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True),
+                   weight_init='pytorch')
+tost_vit = dict(whitebox_vit, weight_init='timm')
 crate_mssa = dict(type='MSSA', out_proj='linear', basis_init='trunc_normal',
                   step_size=False)
 # rep_pool='leading': the released CBSA pools w[:, :-1], the first H x W
@@ -67,11 +79,11 @@ crate_s = dict(eps_1e5_vit, embed_dims=576, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=12, head_dim=48))
 crate_b = dict(eps_1e5_vit, embed_dims=768, num_layers=12, ffn_cfg=ista,
                attn_cfg=dict(crate_mssa, num_heads=12, head_dim=64))
-tost_t = dict(whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
+tost_t = dict(tost_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
               attn_cfg=dict(tost_tssa, num_heads=4, head_dim=48))
-tost_s = dict(whitebox_vit, embed_dims=384, num_layers=12, ffn_cfg=mlp,
+tost_s = dict(tost_vit, embed_dims=384, num_layers=12, ffn_cfg=mlp,
               attn_cfg=dict(tost_tssa, num_heads=8, head_dim=48))
-tost_b = dict(whitebox_vit, embed_dims=768, num_layers=12, ffn_cfg=mlp,
+tost_b = dict(tost_vit, embed_dims=768, num_layers=12, ffn_cfg=mlp,
               attn_cfg=dict(tost_tssa, num_heads=12, head_dim=64))
 cbt_t = dict(eps_1e5_vit, embed_dims=192, num_layers=12, ffn_cfg=ista,
              attn_cfg=dict(cbt_cbsa, num_heads=3, head_dim=64))

@@ -24,15 +24,18 @@ import torch
 import torch.nn as nn
 from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.checkpoint import checkpoint
 
-from mmseg_whitebox.ops import SubspaceAttention
+from mmseg_whitebox.ops import ISTA, SubspaceAttention
 from mmseg_whitebox.utils.checkpoint_checks import (added_parameters,
                                                     check_state_dict,
                                                     state_dict_of)
 from ..layers import WhiteBoxBlock
 
 LayerCfg = Union[Dict[str, Any], Sequence[Dict[str, Any]]]
+#: how a WhiteBoxViT trained from scratch is initialised (``weight_init``)
+WEIGHT_INITS = ('mmseg', 'timm', 'pytorch')
 
 
 def per_layer(cfg: LayerCfg, num_layers: int, name: str) -> List[Dict]:
@@ -115,6 +118,11 @@ class WhiteBoxViT(VisionTransformer):
             embedding (stage 0) and the first ``frozen_stages`` layers;
             -1 freezes nothing.
         init_std: passed to the operators that take it.
+        weight_init: the initialisation without pretrained weights, as the
+            released factory of the encoder draws it (:meth:`init_weights`):
+            ``'mmseg'`` (mmseg's ViT, then the operators' own),
+            ``'timm'`` (ToST, and Segmenter's ViT) or ``'pytorch'`` (CRATE
+            and CBT: PyTorch's module defaults).
         **kwargs: other ``VisionTransformer`` arguments (``img_size``,
             ``patch_size``, ``in_channels``, ``patch_norm``, ``pre_norm``,
             ``interpolate_mode``, ``init_cfg``, ...).
@@ -133,7 +141,11 @@ class WhiteBoxViT(VisionTransformer):
                  out_indices: Union[int, Sequence[int]] = -1,
                  frozen_stages: int = -1,
                  init_std: float = 0.02,
+                 weight_init: str = 'mmseg',
                  **kwargs) -> None:
+        if weight_init not in WEIGHT_INITS:
+            raise ValueError(f'weight_init must be one of {WEIGHT_INITS}, '
+                             f'got {weight_init!r}')
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
         # mmseg builds no standard layers (num_layers=0); ours follow
         super().__init__(embed_dims=embed_dims, num_layers=0,
@@ -162,20 +174,63 @@ class WhiteBoxViT(VisionTransformer):
             raise ValueError(f'frozen_stages={frozen_stages} exceeds the '
                              f'{num_layers} layers')
         self.frozen_stages = frozen_stages
+        self.weight_init = weight_init
         self._freeze_stages()
 
     def init_weights(self) -> None:
         """The pretrained weights (``init_cfg=dict(type='Pretrained',
-        checkpoint=...)``), loaded strictly; or mmseg's ViT initialisation
-        followed by the operators' own published ones (mmseg's would
-        overwrite e.g. MSSA's N(0, 1/d) bases)."""
+        checkpoint=...)``), loaded strictly; else, by ``weight_init``:
+
+        * ``'mmseg'``: mmseg's ViT initialisation (or another ``init_cfg``)
+          followed by the operators' own published ones (mmseg's would
+          overwrite e.g. MSSA's N(0, 1/d) bases);
+        * ``'timm'``: every ``Linear`` trunc-normal std 0.02 (cut at +-2)
+          with zero bias, norms 1 / 0, convolutions at PyTorch's default,
+          CLS token and position embedding trunc-normal 0.02, then the
+          operators' own (ToST ``tost_vision/tost.py:372,398-408``; ToST
+          has no learned positions: these are the released Segmenter ViT's,
+          ``segm/model/vit.py:92-98``);
+        * ``'pytorch'``: the operators' own (step sizes N(0, 1), ISTA
+          dictionaries kaiming-uniform), then every ``Linear``, convolution
+          and norm at PyTorch's default, CLS token and position embedding
+          N(0, 1) (CRATE ``model/crate.py:120-139``, which initialises
+          nothing itself; CBT ``CBSA_image_classification/models.py:
+          147-160``).
+        """
         if (isinstance(self.init_cfg, dict) and self.init_cfg.get('type')
                 in ('Pretrained', 'Pretrained_Part')):
             self.load_pretrained(**self.init_cfg)
             return
-        super().init_weights()
+        if self.weight_init == 'mmseg' or self.init_cfg is not None:
+            super().init_weights()
+            self._reset_operators(SubspaceAttention)
+            return
+        defaults = (nn.Conv2d, nn.LayerNorm, nn.GroupNorm, _BatchNorm)
+        if self.weight_init == 'pytorch':
+            self._reset_operators(SubspaceAttention, ISTA)
+            defaults += (nn.Linear, )
         for module in self.modules():
-            if isinstance(module, SubspaceAttention):
+            if isinstance(module, defaults):
+                module.reset_parameters()
+            elif isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02, a=-2.0,
+                                      b=2.0)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        with torch.no_grad():
+            for token in (self.cls_token, self.pos_embed):
+                if self.weight_init == 'pytorch':
+                    token.normal_()
+                else:
+                    nn.init.trunc_normal_(token, std=0.02, a=-2.0, b=2.0)
+        if self.weight_init == 'timm':
+            self._reset_operators(SubspaceAttention, ISTA)
+
+    def _reset_operators(self, *types: type) -> None:
+        """The operators' own published initialisation (bases, step sizes,
+        temperatures, ISTA dictionaries) for the modules of ``types``."""
+        for module in self.modules():
+            if isinstance(module, types):
                 module.reset_parameters()
 
     def load_pretrained(self, checkpoint: str, type: str = 'Pretrained',

@@ -531,7 +531,7 @@ def released_forward(state, image, kind: str, sizes: Dict[str, int]):
 def released_steps(forward, params: Dict[str, torch.Tensor], images,
                    labels, lr0: float, total: int):
     """``STEPS`` iterations of segm/engine.py:28-52: ``forward(inputs)``
-    on the 'vit'-normalised RGB batch (segm/data/utils.py:9-12), the
+    on the 'vit'-normalised RGB batch (segm/data/utils.py:9), the
     cross-entropy over the pixels not ignored (engine.py:20), the optimizer
     timm 0.4.12 builds for 'sgd' at weight decay 0 (one group, SGD with
     Nesterov momentum 0.9: optim_factory.py:101-117) and the released

@@ -7,16 +7,23 @@ released code (``rstrudel/segmenter``, which the CBT code of
 ``QishuaiWen/CBSA`` keeps byte for byte and DEPICT re-trains with, and the
 ``timm == 0.4.12`` they pin), never read from the configs.
 
-Dynamic: three optimizer steps of each published ViT-T ADE20K config (its
-``optim_wrapper``, ``param_scheduler`` and ``model.train_step``; the
-encoder cut to 2 layers and the input to a few tokens so that it runs in
-seconds) equal three steps of the released training step written out here:
-the optimizer timm 0.4.12 builds for ``'sgd'``, the released polynomial
-schedule and the cross-entropy averaged over the pixels that are not
-ignored. The schedule's floor and length do not show in three steps of
-161,728; the static rows and the PolyLR test pin them.
+Dynamic: three training steps of each published ViT-T ADE20K config (its
+``model.train_step``, ``optim_wrapper`` and ``param_scheduler`` built as
+mmengine's runner builds them; 2 encoder layers, 6 classes and small
+images so that they run in about a second) equal, in float64, three steps
+of the released model trained as released, from the same weights on the
+same batch: the released ViT and decoder forward pass (Segmenter mask,
+CBT, DEPICT-SA/CA; written from the released files by
+tests/test_segmenter_conversion.py and here), the optimizer timm 0.4.12
+builds for ``'sgd'``, the released polynomial schedule and the
+cross-entropy averaged over the pixels that are not ignored. The configs
+whose decoder has no released code (CBT-dagger, the ToST decoder) are
+held to the released optimizer, schedule and loss around their own
+forward pass. Parameters within ``TOLERANCE`` of the update, losses
+within ``TOLERANCE``; each released setting changed misses by the bound
+``CHANGES`` gives (the figures configs/segmenter/README.md quotes).
 """
-import copy
+import functools
 import glob
 import math
 import os.path as osp
@@ -31,7 +38,13 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 
+from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+
 from _helpers import REPO
+from test_segmenter_conversion import (cbt_decoder_forward, decoder_shapes,
+                                       depict_decoder_forward, encoder_shapes,
+                                       layer_norm, mask_decoder_forward,
+                                       vit_block)
 
 # ----------------------------------------------------- the released recipe
 
@@ -83,7 +96,11 @@ def released_iterations(data: Dict[str, Any]) -> int:
 
 
 def released_lr(lr0: float, t: int, total: int) -> float:
-    """segm/optim/scheduler.py:24-31 at iteration ``t``."""
+    """segm/optim/scheduler.py:24-40 at iteration ``t``: the base lr at 0
+    (``get_lr`` keeps the group's lr at ``last_epoch`` 0), then the closed
+    form."""
+    if t == 0:
+        return lr0
     return (lr0 - MIN_LR) * (1 - t / total) ** POWER + MIN_LR
 
 
@@ -297,12 +314,47 @@ def test_mmengine_polylr_with_eta_min_is_the_released_schedule():
 
 
 # --------------------------------------- dynamic: three steps of training
+#
+# Both sides start from the same weights (the published config's model,
+# built and initialised as mmengine's runner does, mapped to the released
+# layout) and see the same batch, in float64. The mmseg side is the
+# config's ``model.train_step`` with its ``optim_wrapper`` and
+# ``param_scheduler`` built as the runner builds them; the released side
+# is the released model's forward pass (written in the test from
+# segm/model/{vit,blocks,decoder,segmenter,utils}.py and the CBT / DEPICT
+# decoders; the functions are those of tests/test_segmenter_conversion.py),
+# the released loss (segm/engine.py:20,33-34), optimizer (timm 0.4.12
+# 'sgd') and schedule (segm/optim/scheduler.py). Dropout and drop path are
+# off on both sides: the test sets the config's rates to 0 and the released
+# forward is written without them (as the released modules with rate 0);
+# matching the random masks of two implementations is not possible.
 
 VIT_T = [p for p in PUBLISHED
          if describe(p)['encoder'] == 'vit' and describe(p)['size'] == 't'
          and describe(p)['dataset'] == 'ade20k']
+# the released decoder of each ViT-T config: segm/model/decoder.py
+# MaskTransformer; QishuaiWen/CBSA CBSA_semantic_segmentation/segm/model/
+# decoder.py; QishuaiWen/DEPICT model/decoder.py (SA and CA). CBT-dagger
+# and the ToST decoder have no released decoder
+RELEASED_DECODER = {'segmenter': 'mask', 'cbt': 'cbt',
+                    'depict-sa': 'depict-sa', 'depict-ca': 'depict-ca'}
+WITH_RELEASED_MODEL = [p for p in VIT_T
+                       if describe(p)['kind'] in RELEASED_DECODER]
+WITHOUT_RELEASED_MODEL = [p for p in VIT_T if p not in WITH_RELEASED_MODEL]
+SEGMENTER_T = ('configs/segmenter/'
+               'segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py')
 STEPS = 3
-DEPTH = 2  # encoder layers kept: the recipe under test does not need 12
+DEPTH = 2  # encoder layers kept: every layer is the same block
+N_CLS = 6  # classes kept: the loss and the mask frame work per class alike
+PATCH = 16
+# ||theta_mmseg - theta_released|| after three steps, as a fraction of
+# the update ||theta_released - theta_0|| (L2 over every parameter), and
+# the relative difference of each step's loss. Measured: at most 6e-11,
+# nearly all of it mmseg's loss dividing by (pixels + 1.2e-7) (mmseg 1.2.2
+# models/losses/utils.py:78-79) where the released one divides by the
+# pixels: 1.2e-7 / 3,100 = 3.8e-11 at the small batch (CBT's 42,240
+# pixels: 2.8e-12); the rest, float64 rounding, is below 4e-13
+TOLERANCE = 1e-9
 
 
 @pytest.fixture
@@ -316,17 +368,25 @@ def one_thread():
 
 
 def tiny_config(path: str) -> Config:
-    """The config with no pretrained download, no dropout or drop path
-    (on both sides of the comparison), a 2-layer encoder and no padding to
-    the crop, so that a few steps take seconds on a CPU."""
+    """The published config with no pretrained download, a ``DEPTH``-layer
+    encoder, ``N_CLS`` classes, no dropout or drop path, and the batch's
+    size as the data preprocessor's (no padding), so that a few float64
+    steps take a second on a CPU. Everything else as published (but
+    CBT-dagger's grid, below)."""
     cfg = load(path)
     cfg.model.pretrained = None
-    cfg.model.data_preprocessor.size = image_size(cfg)
     cfg.model.backbone.update(drop_path_rate=0.0, num_layers=DEPTH)
     head = cfg.model.decode_head
+    head.num_classes = N_CLS
     for key in ('drop_rate', 'attn_drop_rate', 'drop_path_rate'):
         if key in head:
             head[key] = 0.0
+    if describe(path)['kind'] not in RELEASED_DECODER and \
+            'rep_grid' in head.get('attn_cfg', {}):
+        # CBT-dagger: no released forward to hold it to, only the recipe;
+        # a small grid of representatives keeps its images small
+        head.attn_cfg.rep_grid = (2, 3)
+    cfg.model.data_preprocessor.size = image_size(cfg)
     return cfg
 
 
@@ -334,7 +394,7 @@ def image_size(cfg: Config) -> tuple:
     """A non-square token grid, as large as CBSA's 10x10 representatives
     need."""
     grid = cfg.model.decode_head.get('attn_cfg', {}).get('rep_grid', (2, 3))
-    return 16 * grid[0], 16 * (grid[1] + 1)
+    return PATCH * grid[0], PATCH * (grid[1] + 1)
 
 
 def fixed_batch(cfg: Config):
@@ -343,15 +403,34 @@ def fixed_batch(cfg: Config):
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (2, 3, h, w), generator=gen,
                            dtype=torch.uint8)
-    labels = torch.randint(0, 150, (2, h, w), generator=gen)
+    labels = torch.randint(0, N_CLS, (2, h, w), generator=gen)
     labels[torch.rand(labels.shape, generator=gen) < 0.25] = IGNORE
     return images, labels
 
 
-def mmseg_steps(cfg: Config, model: torch.nn.Module, images, labels):
-    """``STEPS`` iterations as mmengine's runner makes them."""
+def initial_weights(cfg: Config) -> Dict[str, torch.Tensor]:
+    """The config's model as the runner builds and initialises it (seed
+    0), in float64."""
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return {k: v.detach().double() for k, v in model.state_dict().items()}
+
+
+def mmseg_steps(cfg: Config, start: Dict[str, torch.Tensor], images,
+                labels):
+    """``STEPS`` iterations of the config's model from ``start`` as
+    mmengine's runner makes them (``build_optim_wrapper``, the
+    ``param_scheduler`` list stepped after every iteration,
+    ``model.train_step``): the parameters after them and the losses."""
     from mmengine.registry import PARAM_SCHEDULERS
+    from mmseg.registry import MODELS
     from mmseg.structures import SegDataSample
+    init_default_scope('mmseg')
+    model = MODELS.build(cfg.model).double()
+    model.load_state_dict(start, strict=True)
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     schedulers = [PARAM_SCHEDULERS.build(dict(s, optimizer=wrapper))
                   for s in cfg.param_scheduler]
@@ -361,80 +440,241 @@ def mmseg_steps(cfg: Config, model: torch.nn.Module, images, labels):
         sample.gt_sem_seg = PixelData(data=label[None].clone())
         samples.append(sample)
     model.train()
+    losses = []
     for _ in range(STEPS):
-        model.train_step(dict(inputs=list(images), data_samples=samples),
-                         wrapper)
+        log = model.train_step(
+            dict(inputs=list(images), data_samples=samples), wrapper)
+        losses.append(float(log["loss"].detach()))
         for scheduler in schedulers:
             scheduler.step()
+    return {k: v.detach() for k, v in model.named_parameters()}, losses
 
 
-def released_steps(model: torch.nn.Module, images, labels, lr0: float,
-                   total: int):
-    """``STEPS`` iterations of segm/engine.py:28-52 with the optimizer timm
-    0.4.12 builds for 'sgd' at weight decay 0 and the released schedule.
-    The model's forward is the config's (the heads' equality with the
-    released decoders is tested elsewhere)."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr0,
+# --- the released side ----------------------------------------------------
+def released_sizes(cfg: Config) -> Dict[str, int]:
+    """Width, encoder heads, the training crop's token grid and decoder
+    subspaces of the config's model."""
+    backbone, head = cfg.model.backbone, cfg.model.decode_head
+    return dict(d=backbone.embed_dims, heads=backbone.num_heads,
+                grid=backbone.img_size[0] // PATCH,
+                dec_heads=head.get('attn_cfg', {}).get('num_heads', 0))
+
+
+def to_released(mmseg: Dict[str, torch.Tensor], kind: str,
+                sizes: Dict[str, int]) -> Dict[str, torch.Tensor]:
+    """The mmseg weights in the released key layout: the package's
+    converter (released -> mmseg) run backwards, key by key. A probe
+    tensor through the converter names each released key's mmseg key and
+    whether it is transposed (the ``x @ P`` matrices); the converter then
+    maps the result back exactly, onto every parameter."""
+    shapes = {**encoder_shapes(sizes['d'], DEPTH, sizes['grid']),
+              **decoder_shapes(kind, sizes['d'], N_CLS, sizes['dec_heads'])}
+    released = {}
+    for key, shape in shapes.items():
+        if key.startswith('encoder.head.'):
+            continue  # the unused ImageNet classifier
+        probe = torch.arange(math.prod(shape),
+                             dtype=torch.float64).reshape(shape)
+        (name, out), = sc.segmenter_to_mmseg({key: probe}, kind)[0].items()
+        if torch.equal(out, probe):
+            released[key] = mmseg[name].clone()
+        else:
+            assert torch.equal(out, probe.t()), key
+            released[key] = mmseg[name].t().clone()
+    back, _, unmapped = sc.segmenter_to_mmseg(released, kind)
+    assert unmapped == [] and set(back) == set(mmseg)
+    assert all(torch.equal(back[k], mmseg[k]) for k in mmseg)
+    return released
+
+
+def released_encoder(state, image, heads: int, grid: int):
+    """segm/model/vit.py:108-134 with ``return_features``: the patch
+    embedding, the CLS token first, the position embedding of the training
+    crop's grid resized bilinearly to the image's when they differ
+    (vit.py:120-128, segm/model/utils.py:22-40), the blocks
+    (segm/model/blocks.py:80-95), the final norm; the patch tokens."""
+    x = F.conv2d(image, state['encoder.patch_embed.proj.weight'],
+                 state['encoder.patch_embed.proj.bias'], stride=PATCH)
+    b, _, h, w = x.shape
+    x = torch.cat([state['encoder.cls_token'].expand(b, -1, -1),
+                   x.flatten(2).transpose(1, 2)], 1)
+    pos = state['encoder.pos_embed']
+    if pos.shape[1] != x.shape[1]:
+        trained = pos[:, 1:].reshape(1, grid, grid, -1).permute(0, 3, 1, 2)
+        resized = F.interpolate(trained, size=(h, w), mode='bilinear',
+                                align_corners=False)
+        pos = torch.cat([pos[:, :1], resized.flatten(2).transpose(1, 2)], 1)
+    x = x + pos
+    for i in range(DEPTH):
+        x = vit_block(x, state, f'encoder.blocks.{i}', heads)
+    return layer_norm(x, state, 'encoder.norm')[:, 1:], (h, w)
+
+
+def released_forward(state, image, kind: str, sizes: Dict[str, int]):
+    """segm/model/segmenter.py:32-48 (the image is a multiple of the
+    patch: no padding): encoder, the released decoder, masks upsampled
+    bilinearly to the image."""
+    tokens, hw = released_encoder(state, image, sizes['heads'],
+                                  sizes['grid'])
+    if kind == 'mask':
+        masks = mask_decoder_forward(state, tokens, hw, N_CLS)
+    elif kind == 'cbt':
+        masks = cbt_decoder_forward(state, tokens, hw,
+                                    heads=sizes['dec_heads'], n_cls=N_CLS)
+    else:
+        masks = depict_decoder_forward(state, tokens, hw, kind[-2:],
+                                       heads=sizes['dec_heads'], n_cls=N_CLS)
+    return F.interpolate(masks, size=image.shape[-2:], mode='bilinear',
+                         align_corners=False)
+
+
+def released_steps(forward, params: Dict[str, torch.Tensor], images,
+                   labels, lr0: float, total: int):
+    """``STEPS`` iterations of segm/engine.py:28-52: ``forward(inputs)``
+    on the 'vit'-normalised RGB batch (segm/data/utils.py:9), the
+    cross-entropy over the pixels not ignored (engine.py:20), the optimizer
+    timm 0.4.12 builds for 'sgd' at weight decay 0 (one group, SGD with
+    Nesterov momentum 0.9: optim_factory.py:101-117) and the released
+    polynomial lr (``released_lr``, set before each step as
+    ``step_update`` leaves it). Returns the losses; ``params`` (leaf
+    tensors) are updated in place."""
+    optimizer = torch.optim.SGD(list(params.values()), lr=lr0,
                                 momentum=MOMENTUM, nesterov=True,
                                 weight_decay=0.0)
-    rgb = images[:, [2, 1, 0]].float()
-    inputs = (rgb - 127.5) / 127.5  # 'vit' normalisation
-    model.train()
+    rgb = images[:, [2, 1, 0]].double()
+    inputs = (rgb - 127.5) / 127.5
+    losses = []
     for t in range(STEPS):
         for group in optimizer.param_groups:
             group['lr'] = released_lr(lr0, t, total)
-        logits = model.decode_head(model.extract_feat(inputs))
-        logits = F.interpolate(logits, size=labels.shape[-2:],
-                               mode='bilinear', align_corners=False)
-        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE)
+        loss = F.cross_entropy(forward(inputs), labels, ignore_index=IGNORE)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
-def step_mismatch(cfg: Config, path: str) -> float:
-    """max |theta_mmseg - theta_released| / max |theta_released - theta_0|
-    after ``STEPS`` steps from the same weights on the same batch."""
+@functools.lru_cache(maxsize=None)
+def released_run(path: str):
+    """The released side for the published ``path``: the start weights
+    (mmseg keys), and after ``STEPS`` steps the parameters (mapped back by
+    the package's converter) and the losses. With a released decoder the
+    forward pass is the released model's; without one (CBT-dagger, the
+    ToST decoder) it is the config's own model, so only the optimizer,
+    schedule and loss are the released ones."""
     from mmseg.registry import MODELS
-    init_default_scope('mmseg')
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    released = copy.deepcopy(model)
-    start = {k: v.detach().clone() for k, v in model.named_parameters()}
+    cfg, info = tiny_config(path), describe(path)
+    data = DATASETS[info['dataset']]
+    start = initial_weights(cfg)
     images, labels = fixed_batch(cfg)
-    data = DATASETS[describe(path)['dataset']]
-    mmseg_steps(cfg, model, images, labels)
-    released_steps(released, images, labels, data['lr'],
-                   released_iterations(data))
-    ours = dict(model.named_parameters())
-    diff = update = 0.0
-    for name, theta in released.named_parameters():
-        diff = max(diff, (ours[name] - theta).abs().max().item())
-        update = max(update, (theta - start[name]).abs().max().item())
+    kind = RELEASED_DECODER.get(info['kind'])
+    if kind is None:
+        model = MODELS.build(cfg.model).double()
+        model.load_state_dict(start, strict=True)
+        model.train()
+        params = dict(model.named_parameters())
+
+        def forward(inputs):
+            logits = model.decode_head(model.extract_feat(inputs))
+            return F.interpolate(logits, size=inputs.shape[-2:],
+                                 mode='bilinear', align_corners=False)
+    else:
+        sizes = released_sizes(cfg)
+        params = {k: v.requires_grad_() for k, v in
+                  to_released(start, kind, sizes).items()}
+
+        def forward(inputs):
+            return released_forward(params, inputs, kind, sizes)
+
+    losses = released_steps(forward, params, images, labels, data['lr'],
+                            released_iterations(data))
+    final = {k: v.detach() for k, v in params.items()}
+    if kind is not None:
+        final = sc.segmenter_to_mmseg(final, kind)[0]
+    return start, final, losses
+
+
+def three_step_mismatch(cfg: Config, path: str):
+    """(parameters, losses) after ``STEPS`` steps of ``cfg`` against the
+    released side of ``path`` from the same weights on the same batch:
+    ||theta_mmseg - theta_released|| / ||theta_released - theta_0|| (L2
+    over every parameter), and the largest relative difference of a
+    step's loss."""
+    start, final, released_losses = released_run(path)
+    images, labels = fixed_batch(cfg)
+    ours, losses = mmseg_steps(cfg, start, images, labels)
+    assert set(ours) == set(final)
+    diff = sum(((ours[k] - final[k])**2).sum() for k in final).sqrt()
+    update = sum(((final[k] - start[k])**2).sum() for k in final).sqrt()
     assert update > 0
-    return diff / update
+    loss = max(abs(a - b) / abs(b) for a, b in zip(losses, released_losses))
+    return (diff / update).item(), loss
 
 
-@pytest.mark.parametrize('path', VIT_T)
-def test_three_steps_equal_the_released_training_step(path, one_thread):
-    assert step_mismatch(tiny_config(path), path) < 1e-3
+@pytest.mark.parametrize('path', WITH_RELEASED_MODEL)
+def test_three_steps_equal_the_released_model_trained_as_released(
+        path, one_thread):
+    params, losses = three_step_mismatch(tiny_config(path), path)
+    assert params < TOLERANCE and losses < TOLERANCE, (params, losses)
 
 
+@pytest.mark.parametrize('path', WITHOUT_RELEASED_MODEL)
+def test_three_steps_of_unreleased_decoders_follow_the_released_recipe(
+        path, one_thread):
+    params, losses = three_step_mismatch(tiny_config(path), path)
+    assert params < TOLERANCE and losses < TOLERANCE, (params, losses)
+
+
+def scale_lr(cfg: Config) -> None:
+    cfg.optim_wrapper.optimizer.lr *= 1.01
+
+
+def halve_iterations(cfg: Config) -> None:
+    poly = cfg.param_scheduler[0]
+    poly.end = (poly.end - 1) // 2 + 1
+
+
+def stop_cbt_gradient(cfg: Config) -> None:
+    """Eq. 5's stop-gradient through the pooled representatives, which the
+    released CBT decoder does not apply (model/dec_blocks.py:92)."""
+    cfg.model.decode_head.attn_cfg.rep_stop_grad = True
+
+
+CBT_T = 'configs/cbsa/cbsa_vit-t_8xb1-160k_ade20k-512x512.py'
+# one setting changed in a ViT-T config, and the least parameter mismatch
+# (the measure above) it must cause: about two thirds of the one measured,
+# also with the released initialisation of the Segmenter mask head
+# (configs/segmenter/README.md quotes these bounds). The lr floor and the
+# schedule's length show in three steps of 161,728 only in float64: the
+# lr they change moves by 6e-8 and 6e-6
 CHANGES = {
-    'lr +1%': lambda cfg: cfg.optim_wrapper.optimizer.update(
-        lr=cfg.optim_wrapper.optimizer.lr * 1.01),
-    'no nesterov': lambda cfg: cfg.optim_wrapper.optimizer.update(
-        nesterov=False),
-    'mean over every pixel': lambda cfg: cfg.model.decode_head.loss_decode
-    .update(avg_non_ignore=False),
+    'lr +1%': (SEGMENTER_T, scale_lr, 5e-3),
+    'no Nesterov': (SEGMENTER_T, lambda cfg: cfg.optim_wrapper.optimizer
+                    .update(nesterov=False), 0.17),
+    'mean over every pixel': (SEGMENTER_T,
+                              lambda cfg: cfg.model.decode_head.loss_decode
+                              .update(avg_non_ignore=False), 0.14),
+    'lr floor 0': (SEGMENTER_T, lambda cfg: cfg.param_scheduler[0].update(
+        eta_min=0.0), 3e-8),
+    'half the iterations': (SEGMENTER_T, halve_iterations, 3e-6),
+    'encoder LayerNorm eps 1e-6': (SEGMENTER_T,
+                                   lambda cfg: cfg.model.backbone.norm_cfg
+                                   .update(eps=1e-6), 6e-4),
+    'bicubic position-embedding resize': (
+        SEGMENTER_T,
+        lambda cfg: cfg.model.backbone.update(interpolate_mode='bicubic'),
+        0.01),
+    'CBT stop-gradient': (CBT_T, stop_cbt_gradient, 0.035),
 }
 
 
 @pytest.mark.parametrize('change', list(CHANGES))
 def test_three_step_check_sees_a_changed_setting(change, one_thread):
-    """The comparison above fails when one released setting changes."""
-    path = 'configs/segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'
+    """The comparison above, against the same released run, misses by at
+    least the bound when one released setting changes."""
+    path, change_setting, bound = CHANGES[change]
     cfg = tiny_config(path)
-    CHANGES[change](cfg)
-    assert step_mismatch(cfg, path) > 1e-3
+    change_setting(cfg)
+    params, _ = three_step_mismatch(cfg, path)
+    assert params > bound > TOLERANCE

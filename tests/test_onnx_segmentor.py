@@ -165,3 +165,5 @@ def test_slide_windows_are_mmsegs_grid():
         inputs[0, 1] = torch.arange(size[1])[None]
         EncoderDecoder.slide_inference(fake, inputs, [dict()])
         assert slide_windows(size, crop, stride) == seen, size
+    # sensitivity: one pixel more of stride is another grid
+    assert slide_windows(size, crop, (stride[0], stride[1] + 1)) != seen

@@ -26,6 +26,7 @@ COMMANDS: Dict[str, str] = {
     'corruption-robustness': 'analysis_tools/test_corruption_robustness.py',
     'image-demo': 'image_demo.py',
     'export-onnx': 'deployment/export_onnx.py',
+    'onnx-inference': 'deployment/onnx_inference.py',
     'segmenter2mmseg': 'model_converters/segmenter2mmseg.py',
     'timm2mmseg': 'model_converters/timm2mmseg.py',
     'whitebox2mmseg': 'model_converters/whitebox2mmseg.py',

@@ -24,6 +24,8 @@ from mmseg_whitebox.utils.atomic import save_figure
 IGNORE_INDEX = 255
 #: legend rows per column before another column starts
 LEGEND_ROWS = 14
+#: figure width kept for each legend column (a class name and its patch)
+LEGEND_COLUMN_INCHES = 1.6
 
 #: names of the visualizers made here (mmengine keeps every instance)
 _visualizer_ids = itertools.count()
@@ -104,11 +106,13 @@ def overlay_figure(image: np.ndarray, prediction: np.ndarray,
                    noise_mode: str = 'absolute',
                    ground_truth: Optional[np.ndarray] = None,
                    image_name: str = '', opacity: float = 0.6,
-                   out_file: Optional[str] = None):
+                   out_file: Optional[str] = None,
+                   title: Optional[str] = None):
     """The :class:`matplotlib.figure.Figure` of ``prediction`` (HxW class
     indices) painted on ``image`` (HxWx3 RGB), after ``ground_truth`` when
-    given, titled by :func:`overlay_title` and with a legend of the
-    classes present; saved to ``out_file`` when given."""
+    given, titled ``title`` (default: :func:`overlay_title`, for weights
+    with noise) and with a legend of the classes present; saved to
+    ``out_file`` when given."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -116,9 +120,13 @@ def overlay_figure(image: np.ndarray, prediction: np.ndarray,
     if ground_truth is not None:
         panels.insert(0, ('ground truth', ground_truth))
     visualizer = new_visualizer(classes, palette, opacity)
+    present = classes_present([labels for _, labels in panels],
+                              len(classes))
+    columns = max(1, math.ceil(len(present) / LEGEND_ROWS))
     height, width = image.shape[:2]
     panel = 3.4  # inches: a small image drawn large, a large one fitted
-    fig = Figure(figsize=(len(panels) * panel * width / height + 1.8,
+    fig = Figure(figsize=(len(panels) * panel * width / height +
+                          LEGEND_COLUMN_INCHES * columns + 0.2,
                           panel + 0.9),
                  layout='constrained')  # room for the legend beside
     for ax, (name, labels) in zip(fig.subplots(1, len(panels),
@@ -129,8 +137,6 @@ def overlay_figure(image: np.ndarray, prediction: np.ndarray,
         ax.set_title(name + ('\n(darkened: ignored)' if ignored else ''),
                      fontsize=9)
         ax.set_axis_off()
-    present = classes_present([labels for _, labels in panels],
-                              len(classes))
     per_panel = [classes_present([labels], len(classes))
                  for _, labels in panels]
     handles = [Patch(facecolor=np.asarray(palette[c]) / 255.0,
@@ -140,9 +146,10 @@ def overlay_figure(image: np.ndarray, prediction: np.ndarray,
                for c in present]
     fig.legend(handles=handles, title='classes present', fontsize=8,
                title_fontsize=8, loc='outside right center',
-               ncol=max(1, math.ceil(len(handles) / LEGEND_ROWS)))
-    fig.suptitle(overlay_title(model_name, sigma, noise_mode, image_name),
-                 fontsize=10)
+               ncol=columns)
+    if title is None:
+        title = overlay_title(model_name, sigma, noise_mode, image_name)
+    fig.suptitle(title, fontsize=10)
     if out_file:
         save_figure(fig, out_file, dpi=120, bbox_inches='tight')
     return fig

@@ -8,9 +8,10 @@ bilinear resize to the input size that whole-image inference does, so its
 output is the ``seg_logits`` that ``inference_model`` returns in whole mode
 for an input of that size (the argmax is the prediction). Input: the
 *normalised* image ``(1, 3, H, W)`` float32, i.e. after mmseg's data
-preprocessor (mean/std, BGR->RGB; the settings are stored in the model's
-metadata). Resizing/padding an image to the graph's size and back to the
-original one stay outside, as in mmseg's pipeline.
+preprocessor. The rest of the way from an image to ``inference_model``'s
+prediction (test resize, normalisation, padding, sliding window, resize
+back, argmax) is :class:`~.onnx_segmentor.OnnxSegmentor`'s, with the
+settings :func:`deployment_metadata` stores in the graph's metadata.
 
 **Exporter.** torch's dynamo exporter (``torch.onnx.export(...,
 dynamo=True)``, via ``torch.export``), standard ONNX operators only (the
@@ -46,18 +47,26 @@ import os
 import os.path as osp
 import types
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (Any, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmseg_whitebox.apis.image_demo import dataset_meta
+from mmseg_whitebox.apis.overlay import config_name
 from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.utils.atomic import (atomic_path, check_not_input,
                                          write_json)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
 from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
-from mmseg_whitebox.utils.input_checks import check_output_file
+from mmseg_whitebox.utils.input_checks import (check_image_file,
+                                               check_output_file)
+
+from .onnx_segmentor import (CV2_INTERPOLATION, METADATA_VERSION,
+                             OUTPUT_NAMES, REQUIRED_KEYS, VERSION_KEY,
+                             OnnxSegmentor)
 
 Shape = Tuple[int, int]
 
@@ -74,7 +83,12 @@ STANDARD_DOMAINS = ('', 'ai.onnx')
 #: ``TORCHLIB_OPSET``) and only converts it up from there; asked for less,
 #: it keeps opset 18 silently
 MIN_OPSET = 18
-INPUT_NAME, OUTPUT_NAME = 'input', 'seg_logits'
+INPUT_NAME = 'input'
+#: the graph's outputs: the logits resized to the input size, and the
+#: decode head's logits before that resize (whole-mode inference resizes
+#: them to another size than the input's after
+#: ShortSideDataPreProcessor's upsampling)
+OUTPUT_NAME, HEAD_OUTPUT_NAME = OUTPUT_NAMES
 
 
 @dataclass
@@ -105,16 +119,22 @@ def require_deploy_packages() -> None:
 
 class SegLogits(nn.Module):
     """``segmentor(x, mode='tensor')`` resized bilinearly to ``x``'s size:
-    whole-mode ``seg_logits`` of ``(1, 3, H, W)`` normalised images."""
+    whole-mode ``seg_logits`` of ``(1, 3, H, W)`` normalised images; with
+    ``head_logits``, also the logits before the resize (the graph's second
+    output)."""
 
-    def __init__(self, segmentor: nn.Module) -> None:
+    def __init__(self, segmentor: nn.Module,
+                 head_logits: bool = False) -> None:
         super().__init__()
         self.segmentor = segmentor
+        self.head_logits = head_logits
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor) -> Any:
         logits = self.segmentor(inputs, mode='tensor')
-        return F.interpolate(logits, size=inputs.shape[2:], mode='bilinear',
-                             align_corners=self.segmentor.align_corners)
+        resized = F.interpolate(logits, size=inputs.shape[2:],
+                                mode='bilinear',
+                                align_corners=self.segmentor.align_corners)
+        return (resized, logits) if self.head_logits else resized
 
 
 def _resized_pos_embedding(self, patched_img: torch.Tensor,
@@ -218,12 +238,13 @@ def export_onnx(model: nn.Module,
                 opset: Optional[int] = None,
                 metadata: Optional[Dict[str, str]] = None) -> str:
     """Export :class:`SegLogits` of ``model`` (on the CPU, eval mode) at
-    input size ``shape`` to ``out``; with ``dynamic`` the height and width
-    are free (the batch stays 1). Returns ``out``."""
+    input size ``shape`` to ``out`` (outputs :data:`OUTPUT_NAME` and
+    :data:`HEAD_OUTPUT_NAME`); with ``dynamic`` the height and width are
+    free (the batch stays 1). Returns ``out``."""
     require_deploy_packages()
     check_shapes(model, [shape])
     model.eval()
-    graph = SegLogits(model).eval()
+    graph = SegLogits(model, head_logits=True).eval()
     example = torch.randn(1, 3, *shape)
     dynamic_shapes = None
     if dynamic:
@@ -240,7 +261,8 @@ def export_onnx(model: nn.Module,
             program = torch.onnx.export(
                 graph, (example, ), dynamo=True,
                 dynamic_shapes=dynamic_shapes, opset_version=opset,
-                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME, HEAD_OUTPUT_NAME],
                 verbose=False)
     finally:
         quiet.setLevel(level)
@@ -326,21 +348,147 @@ def onnx_parity(model: nn.Module,
     return results
 
 
-def preprocessing_metadata(model: nn.Module) -> Dict[str, str]:
-    """What the graph expects its input to have been through."""
-    pre = getattr(model, 'data_preprocessor', None)
-    meta = {'input': 'normalised image (1, 3, H, W) float32, after mmseg '
-            'data preprocessing', 'output': 'seg_logits (1, classes, H, W): '
-            'whole-mode logits resized to the input size'}
-    if pre is not None and getattr(pre, '_enable_normalize', False):
-        meta['mean'] = json.dumps(pre.mean.flatten().tolist())
-        meta['std'] = json.dumps(pre.std.flatten().tolist())
-    if pre is not None:
-        meta['bgr_to_rgb'] = str(bool(getattr(pre, '_channel_conversion',
-                                              False)))
-    classes = (getattr(model, 'dataset_meta', None) or {}).get('classes')
-    if classes:
-        meta['classes'] = json.dumps(list(classes))
+#: test-pipeline steps that leave the image as it is (the loaders with
+#: their defaults, labels, checks, packing)
+PASSIVE_STEPS = ('LoadImageFromFile', 'LoadImageFromNDArray',
+                 'LoadAnnotations', 'CheckSegSample', 'PackSegInputs')
+
+
+def pipeline_resizes(pipeline: Sequence[dict]) -> List[Dict[str, Any]]:
+    """The resizes of a test pipeline as :mod:`.onnx_segmentor` replays
+    them: mmcv's ``Resize`` (``scale`` ``[w, h]`` or ``scale_factor``
+    ``[fw, fh]``, ``keep_ratio``, ``interpolation``; OpenCV backend) and
+    mmseg's ``ResizeShortestEdge`` (``scale``, ``max_size``). A step that
+    changes the image otherwise is a :class:`ToolError` naming it."""
+
+    def refuse(step: dict, why: str) -> ToolError:
+        return ToolError(
+            f'the config\'s test_pipeline step {dict(step)} {why}: '
+            'OnnxSegmentor replays the loaders with their defaults, '
+            'Resize (OpenCV backend) and ResizeShortestEdge only')
+
+    def pair(value: Any) -> Optional[List[float]]:
+        if value is None:
+            return None
+        return [value, value] if isinstance(value, (int, float)) else \
+            list(value)
+
+    steps = []
+    for step in pipeline:
+        kind = str(step.get('type', '')).split('.')[-1]
+        if kind in ('LoadImageFromFile', 'LoadImageFromNDArray'):
+            if (step.get('to_float32') or step.get('color_type', 'color')
+                    != 'color' or step.get('imdecode_backend', 'cv2')
+                    != 'cv2'):
+                raise refuse(step, 'loads images in another way')
+        elif kind == 'Resize':
+            interpolation = step.get('interpolation', 'bilinear')
+            if step.get('backend', 'cv2') != 'cv2' or \
+                    interpolation not in CV2_INTERPOLATION:
+                raise refuse(step, 'resizes with another backend or '
+                             'interpolation')
+            steps.append(dict(type='Resize', scale=pair(step.get('scale')),
+                              scale_factor=pair(step.get('scale_factor')),
+                              keep_ratio=bool(step.get('keep_ratio', False)),
+                              interpolation=interpolation))
+        elif kind == 'ResizeShortestEdge':
+            scale = step['scale']
+            steps.append(dict(type='ResizeShortestEdge',
+                              scale=scale if isinstance(scale, int) else
+                              list(scale), max_size=int(step['max_size'])))
+        elif kind not in PASSIVE_STEPS:
+            raise refuse(step, 'changes the image')
+    return steps
+
+
+def _replayable(model: nn.Module) -> None:
+    """A :class:`ToolError` when ``model``'s test path is not one that
+    :mod:`.onnx_segmentor` replays: mmseg's ``EncoderDecoder`` inference
+    (or the bounded one, same predictions), a decode head with mmseg's
+    ``predict``, and mmseg's data preprocessor (or the short-side one)."""
+    from mmseg.models.data_preprocessor import SegDataPreProcessor
+    from mmseg.models.decode_heads.decode_head import BaseDecodeHead
+    from mmseg.models.segmentors import EncoderDecoder
+
+    from mmseg_whitebox.models.data_preprocessors import \
+        ShortSideDataPreProcessor
+    cls, head = type(model), type(getattr(model, 'decode_head', None))
+    same = all(getattr(cls, name, None) is getattr(EncoderDecoder, name)
+               for name in ('inference', 'whole_inference',
+                            'slide_inference', 'encode_decode'))
+    if not (isinstance(model, EncoderDecoder) and same):
+        raise ToolError(f'{cls.__name__} infers in its own way; '
+                        'OnnxSegmentor replays mmseg\'s EncoderDecoder')
+    if not (issubclass(head, BaseDecodeHead) and
+            head.predict is BaseDecodeHead.predict and
+            head.predict_by_feat is BaseDecodeHead.predict_by_feat):
+        raise ToolError(f'the decode head {head.__name__} predicts in its '
+                        'own way; OnnxSegmentor replays mmseg\'s '
+                        'BaseDecodeHead.predict')
+    pre = type(getattr(model, 'data_preprocessor', None))
+    if pre not in (SegDataPreProcessor, ShortSideDataPreProcessor):
+        raise ToolError(f'data preprocessor {pre.__name__}: OnnxSegmentor '
+                        'replays SegDataPreProcessor and '
+                        'ShortSideDataPreProcessor only')
+
+
+def deployment_metadata(model: nn.Module) -> Dict[str, str]:
+    """What :class:`~.onnx_segmentor.OnnxSegmentor` needs to turn an image
+    into ``inference_model``'s prediction with the graph of ``model``
+    (built by ``init_model``: its config is ``model.cfg``): the test
+    pipeline's resizes, the data preprocessor's normalisation, padding and
+    short-side upsampling, the inference mode and window, the classes and
+    their palette; each a JSON value, with :data:`~.onnx_segmentor.
+    METADATA_VERSION`. A test path it cannot replay is a
+    :class:`ToolError`."""
+    cfg = getattr(model, 'cfg', None)
+    if cfg is None or not cfg.get('test_pipeline'):
+        raise ToolError('the model has no config with a test_pipeline '
+                        '(build it with mmseg\'s init_model)')
+    _replayable(model)
+    pre = model.data_preprocessor
+    conversion = getattr(pre, 'channel_conversion',
+                         getattr(pre, '_channel_conversion', None))
+    if conversion is None:
+        raise ToolError('cannot tell whether the data preprocessor swaps '
+                        'BGR to RGB (no channel_conversion attribute)')
+    normalise = getattr(pre, '_enable_normalize', False)
+    pad = None
+    if pre.test_cfg:
+        size = pre.test_cfg.get('size', None)
+        pad = dict(size=list(size) if size else None,
+                   size_divisor=pre.test_cfg.get('size_divisor', None),
+                   pad_val=float(pre.pad_val))
+    test_cfg = model.test_cfg or {}
+    mode = test_cfg.get('mode', 'whole')
+    head = model.decode_head
+    classes, palette = dataset_meta(model)
+    values = dict(
+        config=config_name(model),
+        test_resize=pipeline_resizes(cfg.test_pipeline),
+        mean=pre.mean.flatten().tolist() if normalise else None,
+        std=pre.std.flatten().tolist() if normalise else None,
+        bgr_to_rgb=bool(conversion),
+        pad=pad,
+        test_short_side=getattr(pre, 'test_short_side', None) or None,
+        mode=mode,
+        crop_size=list(test_cfg['crop_size']) if mode == 'slide' else None,
+        stride=list(test_cfg['stride']) if mode == 'slide' else None,
+        align_corners=bool(model.align_corners),
+        out_channels=int(head.out_channels),
+        threshold=(float(head.threshold) if head.out_channels == 1 else
+                   None),
+        classes=list(classes),
+        palette=[[int(v) for v in c] for c in palette],
+        min_input_side=min_input_side(model))
+    assert set(values) == set(REQUIRED_KEYS)
+    meta = {k: json.dumps(v) for k, v in values.items()}
+    meta[VERSION_KEY] = str(METADATA_VERSION)
+    meta['input'] = ('normalised image (1, 3, H, W) float32, after mmseg '
+                     'data preprocessing')
+    meta['output'] = ('seg_logits (1, classes, H, W): whole-mode logits '
+                      'resized to the input size; head_logits: the decode '
+                      'head\'s logits before that resize')
     return meta
 
 
@@ -354,14 +502,19 @@ def export_and_check(config: str,
                      cfg_options: Optional[dict] = None,
                      min_agreement: float = MIN_AGREEMENT,
                      report_file: Optional[str] = None,
+                     check_image: Optional[str] = None,
                      log=print) -> Dict[str, Any]:
     """Load ``config`` with ``checkpoint`` (weights-only, refused when it
-    does not fit), export it to ``out`` and check it with onnxruntime at
+    does not fit), export it to ``out`` with the deployment metadata
+    (:func:`deployment_metadata`) and check it with onnxruntime at
     ``shape`` and, for a ``dynamic`` graph, at ``other_shapes`` (default:
-    one non-square size). Raises :class:`ToolError` on bad input or when
-    the argmax agreement at any size is below ``min_agreement``. Returns
-    the report, also written to ``report_file`` (``--json``), before the
-    agreement is judged, so a failing graph's figures are kept."""
+    one non-square size); with ``check_image``, also
+    :class:`~.onnx_segmentor.OnnxSegmentor` against ``inference_model`` on
+    that image (:func:`image_parity`). Raises :class:`ToolError` on bad
+    input or when the argmax agreement anywhere is below
+    ``min_agreement``. Returns the report, also written to
+    ``report_file`` (``--json``), before the agreement is judged, so a
+    failing graph's figures are kept."""
     require_deploy_packages()
     check_opset(opset)
     shape = _shape(shape, '--shape')
@@ -377,6 +530,10 @@ def export_and_check(config: str,
     if report_file:
         check_not_input(report_file, [config, checkpoint, out], '--json')
         check_output_file(report_file, '--json', suffixes=('.json', ))
+    if check_image:
+        if not osp.isfile(check_image):
+            raise ToolError(f'--check-image {check_image!r} does not exist')
+        check_image_file(check_image)
     if not checkpoint:
         raise ToolError('a checkpoint is needed')
     check_checkpoint(checkpoint)
@@ -390,18 +547,16 @@ def export_and_check(config: str,
     if dynamic:
         shapes += other_shapes or [default_check_shape(model, shape)]
     check_shapes(model, shapes)
-    test_cfg = cfg.model.get('test_cfg') or {}
-    if test_cfg.get('mode') == 'slide':
-        log(f'note: the config infers with a sliding window (crop '
-            f'{test_cfg.get("crop_size")}); the graph is the whole-image '
-            'forward: export at the crop size and tile as mmseg does, or '
-            'run it on whole images')
+    metadata = deployment_metadata(model)  # before exporting: it may refuse
+    if not dynamic:
+        log(f'note: a static graph runs at {shape[0]}x{shape[1]} only; '
+            'OnnxSegmentor needs --dynamic for images of other sizes')
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     kind = 'dynamic H, W' if dynamic else 'static'
     log(f'exporting {osp.basename(config)} at {shape[0]}x{shape[1]} '
         f'({kind}) to {out}')
     export_onnx(model, out, shape, dynamic=dynamic, opset=opset,
-                metadata=preprocessing_metadata(model))
+                metadata=metadata)
     custom = non_standard_ops(out)
     if custom:
         raise RuntimeError(f'the graph has non-standard operators: {custom}')
@@ -412,10 +567,61 @@ def export_and_check(config: str,
     report = dict(config=config, checkpoint=checkpoint, onnx=out,
                   dynamic=dynamic, opset=opset,
                   parity=[asdict(r) for r in results])
+    if check_image:
+        try:
+            on_image = image_parity(model, OnnxSegmentor(out), check_image)
+        except ValueError as exc:  # e.g. a static graph, another size
+            raise ToolError(f'--check-image {check_image!r}: {exc}') from exc
+        log('OnnxSegmentor against inference_model:')
+        log(f'  {on_image}')
+        report['image_parity'] = asdict(on_image)
+        results.append(on_image)
     if report_file:
         write_json(report_file, report, indent=2)
     check_agreement(results, min_agreement, out)
     return report
+
+
+@dataclass
+class ImageParity:
+    """:class:`~.onnx_segmentor.OnnxSegmentor` against ``inference_model``
+    on one image: the largest logit difference, as such and relative to
+    the largest PyTorch logit, and the share of pixels with the same
+    label."""
+    image: str
+    shape: Shape
+    max_abs_diff: float
+    relative_diff: float
+    argmax_agreement: float
+
+    def __str__(self) -> str:
+        return (f'{self.image} ({self.shape[0]}x{self.shape[1]}): max '
+                f'|logit diff| {self.max_abs_diff:.3g} '
+                f'({self.relative_diff:.2g} of the largest logit), argmax '
+                f'agreement {100 * self.argmax_agreement:.3f}%')
+
+
+def image_parity(model: nn.Module, segmentor: Any,
+                 image: Union[str, Any]) -> ImageParity:
+    """``segmentor`` (an :class:`~.onnx_segmentor.OnnxSegmentor` of
+    ``model``'s graph) and mmseg's ``inference_model(model, image)`` on
+    one image (a path, or a BGR uint8 array)."""
+    import numpy as np
+    from mmseg.apis import inference_model
+    got = segmentor.predict(image, with_logits=True)
+    with torch.no_grad():
+        result = inference_model(model, image)
+    expected = result.seg_logits.data.cpu().numpy()
+    labels = result.pred_sem_seg.data[0].cpu().numpy()
+    if got.logits.shape != expected.shape:
+        raise RuntimeError(f'OnnxSegmentor gave logits {got.logits.shape}, '
+                           f'inference_model {expected.shape}')
+    diff = float(np.abs(got.logits - expected).max())
+    return ImageParity(
+        image=osp.basename(image) if isinstance(image, str) else 'array',
+        shape=tuple(int(s) for s in labels.shape), max_abs_diff=diff,
+        relative_diff=diff / max(float(np.abs(expected).max()), 1e-12),
+        argmax_agreement=float((got.labels == labels).mean()))
 
 
 def check_agreement(results: Sequence[Parity], min_agreement: float,

@@ -2,23 +2,29 @@
 
     python tools/deployment/export_onnx.py CONFIG CHECKPOINT --shape H W \
         --out FILE [--dynamic] [--check-shape H W ...] [--opset N] \
-        [--json REPORT] [--cfg-options k=v ...]
+        [--check-image IMAGE] [--json REPORT] [--cfg-options k=v ...]
 
 The whole segmentor (encoder + decode head, white-box or Segmenter) in
 tensor mode, plus the bilinear resize to the input size: the graph maps a
 normalised image (1, 3, H, W) (after mmseg's data preprocessing: mean/std,
-BGR->RGB; stored in the model's metadata) to the seg_logits (1, classes,
-H, W) that inference_model returns in whole mode. Exported with torch's
-dynamo exporter, standard ONNX operators only; --dynamic leaves H and W
-free (any size of at least one token per side, and as many as CBSA's
-representatives grid needs).
+BGR->RGB) to the seg_logits (1, classes, H, W) that inference_model
+returns in whole mode. Exported with torch's dynamo exporter, standard
+ONNX operators only; --dynamic leaves H and W free (any size of at least
+one token per side, and as many as CBSA's representatives grid needs).
+The graph's metadata holds what runs around it from an image to
+inference_model's prediction (the config's test resize, normalisation,
+padding, whole or sliding-window inference, classes, palette): see
+mmseg_whitebox.deployment.OnnxSegmentor and
+tools/deployment/onnx_inference.py.
 
 The graph is then run with onnxruntime (CPU) and compared with PyTorch on
 random inputs at the export shape and, with --dynamic, at --check-shape
 sizes (default: one non-square size). It prints the largest logit
 difference and the argmax agreement per size, and fails (exit status 2) if
-the agreement anywhere is below --min-agreement (99.9%). Needs the deploy
-extra: pip install -c constraints.txt -e ".[deploy]".
+the agreement anywhere is below --min-agreement (99.9%). With
+--check-image, OnnxSegmentor and inference_model also predict that image
+and are compared the same way. Needs the deploy extra: pip install -c
+constraints.txt -e ".[deploy]".
 """
 import argparse
 
@@ -44,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='ONNX opset (default: the exporter\'s)')
     p.add_argument('--min-agreement', type=float, default=0.999,
                    help='fail below this argmax agreement (default 0.999)')
+    p.add_argument('--check-image', metavar='IMAGE',
+                   help='also compare OnnxSegmentor with inference_model '
+                   'on this image (logits and argmax)')
     p.add_argument('--json', help='also write the parity report here')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
@@ -56,7 +65,8 @@ def main(argv=None):
         args.config, args.checkpoint, args.out, args.shape,
         dynamic=args.dynamic, opset=args.opset,
         other_shapes=args.check_shape, cfg_options=args.cfg_options,
-        min_agreement=args.min_agreement, report_file=args.json)
+        min_agreement=args.min_agreement, report_file=args.json,
+        check_image=args.check_image)
     print(f'wrote {args.out}')
     return report
 

@@ -1,0 +1,70 @@
+"""Time onnxruntime against PyTorch: whole-image inference of the demo models.
+
+    python tools/analysis_tools/benchmark_onnx.py \
+        [--models segmenter cbsa ...] [--image-size 512x683] [--threads N] \
+        [--repeats 5] [--warmup 1] [--out work_dirs/benchmark_onnx]
+
+Each demo model (make demo's configs; default: all of them) is built with
+random weights, exported with --dynamic and its deployment metadata, and
+predicts one image both ways: OnnxSegmentor (onnxruntime, CPU) and mmseg's
+inference_model (PyTorch, CPU), end to end and the network alone. One line
+per model: the median times, their ratio (onnxruntime / PyTorch), the
+argmax agreement and the largest logit difference of the two predictions.
+Writes benchmark.json, benchmark.md and the graphs to --out. Needs the
+deploy extra. The last measurements are in docs/benchmarks.md ("ONNX
+inference").
+"""
+import argparse
+
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.apis import config_path
+from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
+from mmseg_whitebox.utils.demo_models import DEMO_MODELS
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = tool_parser(__doc__)
+    p.add_argument('--models', nargs='+', choices=list(DEMO_MODELS),
+                   default=list(DEMO_MODELS),
+                   help='demo models to time (default: all)')
+    p.add_argument('--image-size', type=common.size_arg,
+                   default='512x683', metavar='HxW',
+                   help='the image predicted (default: 512x683)')
+    p.add_argument('--threads', type=int, default=None,
+                   help='CPU threads of torch and onnxruntime alike')
+    p.add_argument('--repeats', type=int, default=5,
+                   help='timed calls of each, median reported (default: 5)')
+    p.add_argument('--warmup', type=int, default=1,
+                   help='untimed calls first (default: 1)')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--out', default='work_dirs/benchmark_onnx')
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        p.error('--repeats must be >= 1 and --warmup >= 0')
+    if args.threads is not None and args.threads < 1:
+        p.error('--threads must be >= 1')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mmseg_whitebox.deployment.onnx_export import require_deploy_packages
+    require_deploy_packages()
+    from mmseg_whitebox.deployment.onnx_benchmark import benchmark_onnx
+    try:
+        configs = {name: config_path(DEMO_MODELS[name])
+                   for name in args.models}
+    except FileNotFoundError as exc:
+        raise ToolError(str(exc)) from exc
+    options = common.BenchmarkOptions(repeats=args.repeats,
+                                      warmup=args.warmup, max_seconds=None,
+                                      seed=args.seed)
+    report = benchmark_onnx(configs, args.out, args.image_size,
+                            args.threads, options)
+    print(f'\nwritten to {args.out}: benchmark.json, benchmark.md')
+    return report
+
+
+if __name__ == '__main__':
+    run_tool(main)

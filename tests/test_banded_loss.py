@@ -2,6 +2,7 @@
 BandedLossEncoderDecoder): mmseg's loss_by_feat's losses, accuracy and
 gradients, without a class map at the label size."""
 import math
+import re
 import warnings
 
 import pytest
@@ -192,9 +193,9 @@ def test_banded_loss_creates_no_class_map_at_the_label_size():
 
 def test_banded_loss_runs_in_float32_under_autocast():
     """bfloat16 logits under CPU autocast: the resize and the losses run in
-    float32 (mmseg's resize runs in bfloat16 there), the gradient comes
-    back in bfloat16; equal to mmseg's float32 computation of the same
-    bfloat16 logits to 1e-5."""
+    float32 (mmseg's resize keeps bfloat16 there), the gradient comes back
+    in bfloat16; the loss equals mmseg's float32 computation of the same
+    bfloat16 logits to 1e-5, the gradient to bfloat16's precision."""
     head = fcn_head(dict(type='CrossEntropyLoss', avg_non_ignore=True))
     logits, samples = random_case((6, 7), (23, 31), 255)
     logits = logits.to(torch.bfloat16)
@@ -330,10 +331,16 @@ def test_banded_loss_refuses_a_head_with_its_own_loss():
 
 
 def test_segmentor_names_the_head_it_refuses_and_the_way_back():
+    """A config error: the tools print it as one line (their
+    user_error_message), naming the head, the reason and the way back."""
+    from mmseg_whitebox.utils.errors import user_error_message
     dice = [dict(type='CrossEntropyLoss'), dict(type='DiceLoss')]
-    with pytest.raises(ValueError, match=r'auxiliary_head\[1\]: .*'
-                       'CrossEntropyLoss only.*loss_band_rows=None'):
+    with pytest.raises(ValueError) as info:
         tiny_segmentor('BandedLossEncoderDecoder', HEADS['segmenter'], dice)
+    assert re.fullmatch(
+        r'loss_band_rows: auxiliary_head\[1\]: FCNHead.loss_decode DiceLoss: '
+        r'.*CrossEntropyLoss only; set loss_band_rows=None .*',
+        user_error_message(info.value))
     with pytest.raises(ValueError, match='loss_band_rows must be positive'):
         tiny_segmentor('BandedLossEncoderDecoder', HEADS['segmenter'],
                        loss_band_rows=0)

@@ -12,22 +12,24 @@ its cross-entropy sums and correct predictions are added up and the band
 is freed; the backward pass resizes each band again instead of keeping
 it. The largest tensors are a few of (B, C, rows, W).
 
-What is replicated, from mmseg's ``cross_entropy``, ``weight_reduce_loss``
-and ``accuracy`` (mmseg/models/losses/cross_entropy_loss.py,
-losses/utils.py, losses/accuracy.py): every ``loss_decode`` entry (several
-with the same ``loss_name`` are added), ``loss_weight``, ``class_weight``,
-``ignore_index``, ``reduction`` 'mean' (the sum divided by ``avg_factor +
-eps``, float32's eps) or 'sum', and ``avg_non_ignore``: without class
-weights ``avg_factor`` is the number of pixels (those not ignored with
-``avg_non_ignore``); with class weights it is a sum of the labels' class
-weights, over the pixels the installed mmseg sums them over (mmseg 1.2.2
-and onedl-mmsegmentation 1.4.2 differ there; :func:`class_weight_average`
-asks the installed ``cross_entropy``).
+What is replicated, from mmseg 1.2.2's ``loss_by_feat``
+(decode_heads/decode_head.py:291-338), ``cross_entropy``
+(losses/cross_entropy_loss.py:12-78), ``weight_reduce_loss``
+(losses/utils.py:48-83) and ``accuracy`` (losses/accuracy.py:6-61): every
+``loss_decode`` entry (several with the same ``loss_name`` are added),
+``loss_weight``, ``class_weight``, ``ignore_index``, ``reduction`` 'mean'
+(the sum divided by ``avg_factor + eps``, float32's eps) or 'sum', and
+``avg_non_ignore``: without class weights ``avg_factor`` is the number
+of pixels (those not ignored with ``avg_non_ignore``); with class weights
+it is a sum of the labels' class weights, over the pixels the installed
+mmseg sums them over (mmseg 1.2.2 and onedl-mmsegmentation 1.4.2 differ
+there; :func:`class_weight_average` asks the installed
+``cross_entropy``).
 """
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -38,12 +40,19 @@ from mmseg.utils import SampleList
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from mmseg_whitebox.utils.tool_error import ToolError
+
 #: label rows per band by default (at 1024 columns, 150 classes, float32
 #: and batch 2: 78 MB per band-sized buffer)
 DEFAULT_BAND_ROWS = 64
 #: mmseg's guard against a zero divisor (losses/utils.py weight_reduce_loss,
 #: losses/accuracy.py)
 MMSEG_EPS = torch.finfo(torch.float32).eps
+
+
+class BandedLossError(ToolError, ValueError):
+    """A head or setting the banded loss cannot compute as mmseg does (a
+    config error: the tools print its message as one line)."""
 
 
 def decode_losses(head: BaseDecodeHead) -> List[nn.Module]:
@@ -67,7 +76,7 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
     onedl-mmsegmentation 1.4.2 takes the labels not ignored ('kept', False)
     and fails with ``avg_non_ignore``. Found by running it on two pixels,
     so that the banded loss follows the mmseg that is installed;
-    ``ValueError`` where that mmseg fails."""
+    :class:`BandedLossError` where that mmseg fails."""
     from mmseg.models.losses.cross_entropy_loss import cross_entropy
     pred = torch.zeros(1, 2, 1, 2, dtype=torch.float64)
     weight = torch.tensor([1., 3.], dtype=torch.float64)
@@ -78,7 +87,7 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
                              class_weight=weight, reduction='mean',
                              ignore_index=1, avg_non_ignore=avg_non_ignore)
     except (IndexError, RuntimeError) as exc:
-        raise ValueError(
+        raise BandedLossError(
             'the installed mmseg cannot average a class-weighted '
             f'cross-entropy with avg_non_ignore={avg_non_ignore} '
             f'({type(exc).__name__}: {exc}), so neither can the banded '
@@ -89,9 +98,10 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
     elif math.isclose(divisor, 1.0, rel_tol=1e-9):
         pixels = 'kept'
     else:
-        raise ValueError('the installed mmseg averages a class-weighted '
-                         'cross-entropy in a way the banded loss does not '
-                         f'know (divisor {divisor} for weights 1 and 3)')
+        raise BandedLossError(
+            'the installed mmseg averages a class-weighted cross-entropy in '
+            'a way the banded loss does not know (divisor '
+            f'{divisor} for weights 1 and 3)')
     try:
         cross_entropy(pred, torch.tensor([[[0, 255]]]), class_weight=weight,
                       reduction='mean', ignore_index=255,
@@ -103,37 +113,39 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
 
 
 def check_banded_loss(head: nn.Module) -> None:
-    """``ValueError`` saying why the banded loss cannot stand in for
-    ``head``'s: it computes ``BaseDecodeHead.loss_by_feat`` with softmax
+    """:class:`BandedLossError` saying why the banded loss cannot stand in
+    for ``head``'s: it computes ``BaseDecodeHead.loss_by_feat`` with softmax
     ``CrossEntropyLoss`` entries and no pixel sampler, nothing else."""
     name = type(head).__name__
     if not isinstance(head, BaseDecodeHead):
-        raise ValueError(f'{name} is not an mmseg BaseDecodeHead')
+        raise BandedLossError(f'{name} is not an mmseg BaseDecodeHead')
     for method in ('loss', 'loss_by_feat'):
         if getattr(type(head), method) is not getattr(BaseDecodeHead,
                                                       method):
-            raise ValueError(
+            raise BandedLossError(
                 f'{name} overrides BaseDecodeHead.{method}; the banded loss '
                 'computes only BaseDecodeHead.loss_by_feat\'s loss')
     if head.sampler is not None:
-        raise ValueError(
+        raise BandedLossError(
             f'{name} has a pixel sampler ({type(head.sampler).__name__}), '
             'which weighs pixels from the full-resolution logits; the '
             'banded loss does not support one')
     for loss in decode_losses(head):
         what = f'{name}.loss_decode {type(loss).__name__}'
         if type(loss) is not CrossEntropyLoss:
-            raise ValueError(f'{what}: the banded loss computes mmseg\'s '
-                             'CrossEntropyLoss only')
+            raise BandedLossError(f'{what}: the banded loss computes '
+                                  'mmseg\'s CrossEntropyLoss only')
         if loss.use_sigmoid or loss.use_mask:
-            raise ValueError(f'{what}: use_sigmoid/use_mask; the banded loss '
-                             'computes the softmax cross-entropy only')
+            raise BandedLossError(f'{what}: use_sigmoid/use_mask; the banded '
+                                  'loss computes the softmax cross-entropy '
+                                  'only')
         if loss.reduction not in ('mean', 'sum'):
-            raise ValueError(f'{what}: reduction {loss.reduction!r}; the '
-                             "banded loss reduces with 'mean' or 'sum'")
+            raise BandedLossError(f'{what}: reduction {loss.reduction!r}; '
+                                  "the banded loss reduces with 'mean' or "
+                                  "'sum'")
         if loss.class_weight is not None:
             if len(loss.class_weight) != head.out_channels:
-                raise ValueError(
+                raise BandedLossError(
                     f'{what}: {len(loss.class_weight)} class weights for '
                     f'{head.out_channels} classes')
             if loss.reduction == 'mean':
@@ -291,7 +303,8 @@ class BandedCrossEntropy(torch.autograd.Function):
 
 
 def average_factor(loss: CrossEntropyLoss, labels: Tensor,
-                   class_weight: Optional[Tensor], ignore_index: int):
+                   class_weight: Optional[Tensor],
+                   ignore_index: int) -> Union[int, Tensor]:
     """mmseg's ``avg_factor`` of a 'mean' cross-entropy over ``labels``
     (cross_entropy_loss.py, ``cross_entropy``): a pixel count without class
     weights, else a sum of class weights (:func:`class_weight_average`)."""
@@ -306,9 +319,9 @@ def average_factor(loss: CrossEntropyLoss, labels: Tensor,
                                                   classes):
         raise IndexError(
             f'ignore_index {ignore_index} is not one of the {classes} '
-            'classes: the installed mmseg\'s '
-            'cross_entropy looks up the class weight of every label, ignored '
-            'ones included, and fails here too (index out of bounds)')
+            'classes: the installed mmseg\'s cross_entropy looks up the '
+            'class weight of every label, ignored ones included, and fails '
+            'here too (index out of bounds)')
     if pixels == 'every':
         return class_weight[labels].sum()
     return class_weight[labels[~ignored]].sum()
@@ -320,8 +333,11 @@ def banded_loss_by_feat(head: BaseDecodeHead, seg_logits: Tensor,
     """``head.loss_by_feat(seg_logits, batch_data_samples)``, with the
     resized logits computed ``rows`` label rows at a time (see the module
     docstring); same losses and ``acc_seg``, and same gradients, up to
-    float summation order. Losses and the resize run in at least float32
-    (as mmseg's under autocast, where the resize is a float32 op)."""
+    float summation order. The resize and the losses run in float32 at
+    least (mmseg resizes in the logits' dtype: they differ to bfloat16's
+    precision for bfloat16 logits under autocast)."""
+    if int(rows) < 1:
+        raise BandedLossError(f'rows must be positive, got {rows}')
     labels = head._stack_batch_gt(batch_data_samples).squeeze(1)
     ignore_index = head.ignore_index
     dtype = torch.promote_types(seg_logits.dtype, torch.float32)

@@ -23,7 +23,8 @@ from mmseg.registry import MODELS
 from mmseg.utils import SampleList, add_prefix
 from torch import Tensor, nn
 
-from ..losses import DEFAULT_BAND_ROWS, banded_loss_by_feat, check_banded_loss
+from ..losses import (DEFAULT_BAND_ROWS, BandedLossError, banded_loss_by_feat,
+                      check_banded_loss)
 
 
 @MODELS.register_module()
@@ -45,14 +46,14 @@ class BandedLossEncoderDecoder(EncoderDecoder):
         super().__init__(*args, **kwargs)
         if loss_band_rows is not None:
             if int(loss_band_rows) <= 0:
-                raise ValueError('loss_band_rows must be positive, got '
-                                 f'{loss_band_rows}')
+                raise BandedLossError('loss_band_rows must be positive, '
+                                      f'got {loss_band_rows}')
             loss_band_rows = int(loss_band_rows)
             for name, head in self._loss_heads():
                 try:
                     check_banded_loss(head)
-                except ValueError as exc:
-                    raise ValueError(
+                except BandedLossError as exc:
+                    raise BandedLossError(
                         f'loss_band_rows: {name}: {exc}; set '
                         'loss_band_rows=None (or model.type='
                         'EncoderDecoder) to keep mmseg\'s loss') from exc

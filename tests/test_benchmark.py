@@ -347,26 +347,36 @@ TRAIN_BENCH = 'tools/analysis_tools/benchmark_train_step.py'
 
 def test_train_step_benchmark_writes_table_ratios_and_skips(tmp_path):
     out = tmp_path / 'bench'
-    # 0.1 MB: the third size is predicted (from the first two) to need
-    # more, so it is skipped rather than run
+    # ViT-T + Segmenter with mmseg's loss and with the banded loss (bands
+    # of 32 rows); 0.1 MB: the third size is predicted (from the first
+    # two) to need more, so it is skipped rather than run
     proc = run_tool([TRAIN_BENCH, '--size', 't', '--models', 'vit+segmenter',
-                     'vit+cbsa', '--sizes', '160', '192', '224', '--repeats',
-                     '1', '--warmup', '0', '--threads', '1',
+                     '--banded-loss', '32', '--sizes', '160', '192', '224',
+                     '--repeats', '1', '--warmup', '0', '--threads', '1',
                      '--memory-limit-gb', '0.0001', '--out', str(out)])
     assert 'training step / vit+segmenter' in proc.stdout
+    assert 'banded loss 32 rows' in proc.stdout
     report = json.loads((out / 'benchmark.json').read_text())
     rows = {(r['head'], r['size']): r for r in report['results']}
     assert len(rows) == 6 and report['batch'] == 2
-    ref, cbsa = rows[('vit+segmenter', '192x192')], rows[('vit+cbsa',
-                                                          '192x192')]
-    assert cbsa['tokens'] == 2 * 12 * 12
+    assert report['banded_loss'] == 32
+    banded = 'vit+segmenter banded'
+    ref, other = rows[('vit+segmenter', '192x192')], rows[(banded,
+                                                           '192x192')]
+    assert other['tokens'] == 2 * 12 * 12
     for key in ('step_ms', 'mem_step'):
         if benchmark.cpu_peak_supported() or key == 'step_ms':
-            assert cbsa[key] > 0
-            assert cbsa[f'{key}_vs_ref'] == pytest.approx(cbsa[key] /
-                                                          ref[key])
-    assert math.isfinite(cbsa['loss'])
-    for head in ('vit+segmenter', 'vit+cbsa'):
+            assert other[key] > 0
+            assert other[f'{key}_vs_ref'] == pytest.approx(other[key] /
+                                                           ref[key])
+    # at the first size, the same weights, batch and seeded dropout: the
+    # same first loss, to float32 summation order (1e-5 relative; later
+    # sizes follow steps with different dropout)
+    first = [rows[(head, '160x160')]['loss'] for head in ('vit+segmenter',
+                                                         banded)]
+    assert math.isfinite(first[0])
+    assert first[1] == pytest.approx(first[0], rel=1e-5)
+    for head in ('vit+segmenter', banded):
         assert rows[(head, '224x224')]['status'].startswith(
             'skipped: predicted to need')
         assert 'step_ms' not in rows[(head, '224x224')]
@@ -377,20 +387,34 @@ def test_a_benchmarked_training_step_is_one_optimizer_step():
     from mmseg_whitebox.analysis.train_step_benchmark import (
         build_trainable, random_batch, train_step_fn)
     cpu = torch.device('cpu')
-    (model, optim_wrapper), = build_trainable(
-        ['vit+cbsa'], 't', cpu, 0, osp.join(REPO, 'configs'),
-        with_cp=True).values()
-    assert model.backbone.with_cp
+    built = build_trainable(['vit+cbsa'], 't', cpu, 0,
+                            osp.join(REPO, 'configs'), with_cp=True,
+                            loss_band_rows=16)
+    assert list(built) == ['vit+cbsa', 'vit+cbsa banded']
+    (model, optim_wrapper), (banded, banded_wrapper) = built.values()
+    assert model.backbone.with_cp and banded.backbone.with_cp
+    assert type(model).__name__ == 'EncoderDecoder'
+    assert type(banded).__name__ == 'BandedLossEncoderDecoder'
+    assert banded.loss_band_rows == 16
     # the config's optimizer: the released Nesterov SGD
     sgd = optim_wrapper.optimizer
     assert type(sgd).__name__ == 'SGD' and sgd.defaults['nesterov']
     inputs, samples = random_batch(model, 2, (160, 160), cpu, 0)
     assert [s.gt_sem_seg.data.shape for s in samples] == [(1, 160, 160)] * 2
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    loss = train_step_fn(model, optim_wrapper, inputs, samples, cpu, None)()
-    assert math.isfinite(loss) and not model.training
+    losses = []
+    for m, wrapper in ((model, optim_wrapper), (banded, banded_wrapper)):
+        torch.manual_seed(0)
+        losses.append(train_step_fn(m, wrapper, inputs, samples, cpu,
+                                    None)())
+    assert math.isfinite(losses[0]) and not model.training
+    # same weights, same batch, same dropout: same loss (float32, 1e-5)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     moved = {n for n, p in model.named_parameters()
              if not torch.equal(p, before[n])}
     assert any(n.startswith('backbone.') for n in moved)
     assert any(n.startswith('decode_head.') for n in moved)
     assert all(p.grad is None for p in model.parameters())
+    # the banded model took the same step (float32 summation order)
+    for (name, p), q in zip(model.named_parameters(), banded.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)

@@ -1,5 +1,6 @@
 """Every config in configs/ loads, names its parts as mmseg does, builds
-its model and runs a forward pass on a small non-square input."""
+its model (one whose loss can also be computed in bands of rows) and runs
+a forward pass on a small non-square input."""
 import glob
 import os.path as osp
 import re
@@ -8,8 +9,10 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
+from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 
 from _helpers import REPO
+from mmseg_whitebox.models.losses import check_banded_loss
 
 CONFIGS = sorted(
     osp.relpath(p, REPO)
@@ -58,6 +61,11 @@ def test_config_builds_and_forwards(path):
     model = MODELS.build(cfg.model)
     model.init_weights()
     model.eval()
+    # model.type=BandedLossEncoderDecoder accepts its heads (its check)
+    heads = [m for m in model.modules() if isinstance(m, BaseDecodeHead)]
+    assert model.decode_head in heads
+    for head in heads:
+        check_banded_loss(head)
     patch = cfg.model.backbone.get('patch_size', 16)
     # a non-square token grid, 4x6 or as large as CBSA's rep_grid needs
     rh, rw = largest_rep_grid(cfg.model)

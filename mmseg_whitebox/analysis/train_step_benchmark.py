@@ -8,7 +8,10 @@ with the config's loss, backward, the config's optimizer step (its
 ``optim_wrapper``: Nesterov SGD for the released recipes) -- on a batch of
 random crops with random labels; the median time and the peak memory of
 that step, and both as a ratio to ViT + Segmenter's mask head of the same
-size. Timing and memory are the other benchmarks'
+size (with mmseg's loss, as mmseg ships it). With ``loss_band_rows`` every
+model is also measured with the decode loss computed in bands of label
+rows (:class:`~mmseg_whitebox.models.segmentors.BandedLossEncoderDecoder`),
+as ``'<model> banded'``. Timing and memory are the other benchmarks'
 (:mod:`~mmseg_whitebox.analysis.benchmark`): interleaved rounds, and the
 rise of the resident-set high-water mark on a CPU
 (``max_memory_allocated`` on CUDA).
@@ -37,6 +40,8 @@ TRAIN_CONFIGS = {
 DEFAULT_MODELS = ('vit+segmenter', 'vit+cbsa', 'cbt+cbsa', 'crate+cbsa',
                   'tost+cbsa', 'cbsa-vit+cbsa')
 REFERENCE = 'vit+segmenter'
+#: the name of a model's row with the banded loss: model name + this
+BANDED = ' banded'
 RATIO_KEYS = ('step_ms', 'mem_step')
 
 
@@ -48,20 +53,28 @@ def train_config(name: str, size: str, config_root: str) -> str:
 
 
 def build_trainable(names: List[str], size: str, device: torch.device,
-                    seed: int, config_root: str, with_cp: bool = False
+                    seed: int, config_root: str, with_cp: bool = False,
+                    loss_band_rows: Optional[int] = None
                     ) -> Dict[str, Tuple[nn.Module, object]]:
     """``name: (segmentor, optim_wrapper)``, random weights, the optimizer
     and its parameter-wise settings from each config's ``optim_wrapper``;
     with ``with_cp`` the encoder recomputes its layers in the backward
     pass (activation checkpointing) instead of keeping their
-    activations."""
+    activations. With ``loss_band_rows`` each model is followed by
+    ``name + BANDED``: the same weights in a ``BandedLossEncoderDecoder``
+    with bands of that many label rows."""
     from mmengine.optim import build_optim_wrapper
-    options = dict(model=dict(backbone=dict(with_cp=True))) if with_cp \
-        else None
-    models = build_models({n: train_config(n, size, config_root)
-                           for n in names}, device, seed, options)
+    options = {'model.backbone.with_cp': True} if with_cp else {}
+    configs = {n: train_config(n, size, config_root) for n in names}
+    built = build_models(configs, device, seed, options or None)
+    if loss_band_rows is not None:
+        banded = build_models(configs, device, seed, dict(
+            options, **{'model.type': 'BandedLossEncoderDecoder',
+                        'model.loss_band_rows': int(loss_band_rows)}))
+        built = {key: model for name in names for key, model in
+                 ((name, built[name]), (name + BANDED, banded[name]))}
     return {name: (model, build_optim_wrapper(model, model.cfg.optim_wrapper))
-            for name, model in models.items()}
+            for name, model in built.items()}
 
 
 def random_batch(model: nn.Module, batch: int, size: Tuple[int, int],
@@ -131,7 +144,10 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
         step = train_step_fn(model, optim_wrapper, inputs, samples, device,
                              options.amp)
         # a first step creates the optimizer's state (momentum buffers),
-        # which every later step finds in place
+        # which every later step finds in place; seeded, so that models
+        # with the same weights (a model and its banded-loss row) draw the
+        # same dropout and report the same first loss
+        torch.manual_seed(options.seed)
         row['loss'] = step()
         row['mem_step'], _ = peak_memory(step, device)
         row['params'] = sum(p.numel() for p in model.parameters())
@@ -155,7 +171,8 @@ def add_ratios(rows: List[Dict]) -> None:
 
 COLUMNS = [
     ('head', 'model', '{}'), ('size', 'crop', '{}'), ('batch', 'batch', '{}'),
-    ('params', 'params (M)', 'M'), ('step_ms', 'step ms', '.0f'),
+    ('params', 'params (M)', 'M'), ('loss', 'first loss', '.4f'),
+    ('step_ms', 'step ms', '.0f'),
     ('step_ms_vs_ref', f'x {REFERENCE}', 'r'),
     ('mem_step', 'step peak MiB', 'Mi'),
     ('mem_step_vs_ref', f'x {REFERENCE}', 'r'),

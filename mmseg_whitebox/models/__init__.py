@@ -1,18 +1,20 @@
 """Models registered with mmseg's ``MODELS`` registry: the layer library
 shared by heads and backbones (``layers``), the white-box backbone, the
-decode heads, a segmentor with bounded test-time memory and a data
-preprocessor with Segmenter's test-time upsampling."""
-from . import layers
+decode heads, segmentors with bounded test-time memory and with the
+training loss in bands of rows (``losses``), and a data preprocessor with
+Segmenter's test-time upsampling."""
+from . import layers, losses
 from .backbones import WhiteBoxViT
 from .data_preprocessors import ShortSideDataPreProcessor
 from .decode_heads import (CBSAHead, DEPICTHead, JointTokenHead,
                            MaskClassificationHead, MSSAHead,
                            SegmenterMaskTransformerHeadReleasedInit, TSSAHead)
-from .segmentors import BoundedMemoryEncoderDecoder
+from .segmentors import (BandedLossEncoderDecoder,
+                         BoundedMemoryEncoderDecoder)
 
 __all__ = [
-    'BoundedMemoryEncoderDecoder', 'CBSAHead', 'DEPICTHead', 'JointTokenHead',
-    'MaskClassificationHead', 'MSSAHead',
+    'BandedLossEncoderDecoder', 'BoundedMemoryEncoderDecoder', 'CBSAHead',
+    'DEPICTHead', 'JointTokenHead', 'MaskClassificationHead', 'MSSAHead',
     'SegmenterMaskTransformerHeadReleasedInit', 'ShortSideDataPreProcessor',
-    'TSSAHead', 'WhiteBoxViT', 'layers'
+    'TSSAHead', 'WhiteBoxViT', 'layers', 'losses'
 ]

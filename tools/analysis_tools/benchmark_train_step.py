@@ -4,6 +4,7 @@
         [--models vit+segmenter vit+cbsa cbt+cbsa crate+cbsa tost+cbsa \
                   cbsa-vit+cbsa] \
         [--sizes 512 1024 2048] [--batch 2] [--with-cp] \
+        [--banded-loss [ROWS]] \
         [--device cpu|cuda] [--threads N] [--amp bf16|fp16] \
         [--repeats 3] [--max-seconds 60] \
         [--out work_dirs/benchmark_train_step]
@@ -12,13 +13,16 @@ Every model of one size (T/S/B) from this project's ADE20K configs, with
 random weights: per crop size, one optimizer step of the whole segmentor
 (forward with the config's loss, backward, the config's optimizer step)
 on --batch random crops with random labels; median time, peak memory,
-each as a ratio to ViT + Segmenter's mask head, and log-log slopes of
-cost against tokens. Sizes predicted to need more memory than there is are
-skipped (from a model's two smaller sizes: its first two sizes always
-run, so start with small ones). Writes benchmark.json (after every size,
-so that a run killed for memory keeps what it measured), benchmark.md and
-benchmark.png to --out. The last measurements are in docs/benchmarks.md ("Training-step
-benchmark").
+each as a ratio to ViT + Segmenter's mask head (with mmseg's loss), and
+log-log slopes of cost against tokens. --banded-loss also measures every
+model with its decode loss computed in bands of ROWS label rows
+(BandedLossEncoderDecoder: the same loss and gradients without the class
+maps at the crop size), as '<model> banded'. Sizes predicted to need
+more memory than there is are skipped (from a model's two smaller sizes:
+its first two sizes always run, so start with small ones). Writes
+benchmark.json (after every size, so that a run killed for memory keeps
+what it measured), benchmark.md and benchmark.png to --out. The last
+measurements are in docs/benchmarks.md ("Training-step benchmark").
 """
 import argparse
 import os
@@ -28,6 +32,7 @@ from typing import Dict, List
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import train_step_benchmark as bench
+from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
 
@@ -53,6 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--with-cp', action='store_true',
                    help='activation checkpointing in the encoder '
                    '(backbone.with_cp=True)')
+    p.add_argument('--banded-loss', type=int, nargs='?', metavar='ROWS',
+                   const=DEFAULT_BAND_ROWS, default=None,
+                   help='also every model with the decode loss in bands of '
+                   f'ROWS label rows (default ROWS: {DEFAULT_BAND_ROWS})')
     common.add_measurement_args(p, 'models', repeats=3, warmup=1,
                                 max_seconds=60.0)
     p.add_argument('--out', default='work_dirs/benchmark_train_step')
@@ -60,6 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     common.check_measurement_args(p, args)
     if args.batch < 1:
         p.error('--batch must be >= 1')
+    if args.banded_loss is not None and args.banded_loss < 1:
+        p.error('--banded-loss ROWS must be >= 1')
     return args
 
 
@@ -76,7 +87,7 @@ def main(argv=None) -> Dict:
             args.device, args.threads, args.memory_limit_gb)
         models = bench.build_trainable(
             args.models, args.size, device, args.seed,
-            CONFIG_ROOT, args.with_cp)
+            CONFIG_ROOT, args.with_cp, args.banded_loss)
     except (ValueError, FileNotFoundError) as exc:
         raise ToolError(str(exc))
     os.makedirs(args.out, exist_ok=True)
@@ -86,9 +97,12 @@ def main(argv=None) -> Dict:
     facts = common.machine(device)
     print(common.machine_line(
         facts, f'size {args.size.upper()}, batch {args.batch}'
-        + (', with_cp' if args.with_cp else ''), args.amp))
+        + (', with_cp' if args.with_cp else '')
+        + (f', banded loss {args.banded_loss} rows' if args.banded_loss
+           else ''), args.amp))
     setup = dict(machine=facts, size=args.size, batch=args.batch,
-                 with_cp=args.with_cp, amp=args.amp)
+                 with_cp=args.with_cp, banded_loss=args.banded_loss,
+                 amp=args.amp)
     history: Dict[str, List[Dict]] = {}
     done: List[Dict] = []
 

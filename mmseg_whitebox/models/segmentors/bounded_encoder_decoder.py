@@ -24,17 +24,20 @@ Differences from mmseg's ``EncoderDecoder`` (documented in docs/deployment.md):
 
 Switch a config to it with
 ``--cfg-options model.type=BoundedMemoryEncoderDecoder``; the weights and
-checkpoints are those of ``EncoderDecoder``.
+checkpoints are those of ``EncoderDecoder``. Its training loss is mmseg's
+unless ``loss_band_rows`` is set (then it is
+:class:`~.banded_loss_encoder_decoder.BandedLossEncoderDecoder`'s).
 """
 from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from mmengine.structures import PixelData
-from mmseg.models.segmentors import EncoderDecoder
 from mmseg.registry import MODELS
 from mmseg.structures import SegDataSample
 from torch import Tensor
+
+from .banded_loss_encoder_decoder import BandedLossEncoderDecoder
 
 #: default size of the float buffers of one band of output rows
 DEFAULT_TILE_BYTES = 64 * 1024 ** 2
@@ -115,19 +118,21 @@ def resize_argmax_tiled(logits: Tensor,
 
 
 @MODELS.register_module()
-class BoundedMemoryEncoderDecoder(EncoderDecoder):
+class BoundedMemoryEncoderDecoder(BandedLossEncoderDecoder):
     """``EncoderDecoder`` that predicts large images without
     full-resolution float logits (see the module docstring).
 
     Args:
         tile_bytes: size of the float buffers of one band of output rows
-            in the final resize; the rest of the arguments are
-            ``EncoderDecoder``'s.
+            in the final resize.
+        loss_band_rows: label rows per band of the training loss
+            (``BandedLossEncoderDecoder``); ``None`` (the default): mmseg's
+            loss. The rest of the arguments are ``EncoderDecoder``'s.
     """
 
     def __init__(self, *args, tile_bytes: int = DEFAULT_TILE_BYTES,
-                 **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+                 loss_band_rows: Optional[int] = None, **kwargs) -> None:
+        super().__init__(*args, loss_band_rows=loss_band_rows, **kwargs)
         if int(tile_bytes) <= 0:
             raise ValueError(f'tile_bytes must be positive, got {tile_bytes}')
         self.tile_bytes = int(tile_bytes)

@@ -1,0 +1,99 @@
+"""An ``EncoderDecoder`` whose training loss never holds the logits of
+every class at the label size.
+
+mmseg's decode heads resize their logits to the crop before the
+cross-entropy (``BaseDecodeHead.loss_by_feat``): 150 classes at 1024x1024
+are 600 MB per image in float32, and their softmax and gradient as much
+again, for every model alike. :class:`BandedLossEncoderDecoder` computes
+the decode head's and the auxiliary heads' losses with
+:func:`~mmseg_whitebox.models.losses.banded_loss_by_feat` instead: the same
+losses, ``acc_seg`` and gradients up to float summation order, from bands
+of ``loss_band_rows`` label rows. Prediction, weights and checkpoints are
+``EncoderDecoder``'s.
+
+Switch a config to it with ``model=dict(type='BandedLossEncoderDecoder')``
+(or ``--cfg-options model.type=BandedLossEncoderDecoder``); any mmseg
+decode head whose loss is ``BaseDecodeHead``'s with ``CrossEntropyLoss``
+entries qualifies, and the others are refused when the model is built.
+"""
+from typing import List, Optional
+
+from mmseg.models.segmentors import EncoderDecoder
+from mmseg.registry import MODELS
+from mmseg.utils import SampleList, add_prefix
+from torch import Tensor, nn
+
+from ..losses import (DEFAULT_BAND_ROWS, BandedLossError, banded_loss_by_feat,
+                      check_banded_loss)
+
+
+@MODELS.register_module()
+class BandedLossEncoderDecoder(EncoderDecoder):
+    """``EncoderDecoder`` with the heads' training losses computed in bands
+    of label rows (see the module docstring).
+
+    Args:
+        loss_band_rows: label rows per band; ``None`` computes mmseg's
+            full-resolution loss. The rest of the arguments are
+            ``EncoderDecoder``'s.
+    """
+    #: label rows per band; None: mmseg's loss
+    loss_band_rows: Optional[int] = None
+
+    def __init__(self, *args,
+                 loss_band_rows: Optional[int] = DEFAULT_BAND_ROWS,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if loss_band_rows is not None:
+            if int(loss_band_rows) <= 0:
+                raise BandedLossError('loss_band_rows must be positive, '
+                                      f'got {loss_band_rows}')
+            loss_band_rows = int(loss_band_rows)
+            for name, head in self._loss_heads():
+                try:
+                    check_banded_loss(head)
+                except BandedLossError as exc:
+                    raise BandedLossError(
+                        f'loss_band_rows: {name}: {exc}; set '
+                        'loss_band_rows=None (or model.type='
+                        'EncoderDecoder) to keep mmseg\'s loss') from exc
+        self.loss_band_rows = loss_band_rows
+
+    def _loss_heads(self) -> List[tuple]:
+        """``(name, head)`` of every head that computes a training loss."""
+        heads = [('decode_head', self.decode_head)]
+        if self.with_auxiliary_head:
+            aux = self.auxiliary_head
+            heads += ([(f'auxiliary_head[{i}]', h) for i, h in enumerate(aux)]
+                      if isinstance(aux, nn.ModuleList)
+                      else [('auxiliary_head', aux)])
+        return heads
+
+    def _head_loss(self, head: nn.Module, inputs: List[Tensor],
+                   data_samples: SampleList) -> dict:
+        """``head.loss``, with the banded loss when it is switched on."""
+        if self.loss_band_rows is None:
+            return head.loss(inputs, data_samples, self.train_cfg)
+        # BaseDecodeHead.loss: forward, then loss_by_feat
+        return banded_loss_by_feat(head, head.forward(inputs), data_samples,
+                                   self.loss_band_rows)
+
+    def _decode_head_forward_train(self, inputs: List[Tensor],
+                                   data_samples: SampleList) -> dict:
+        return add_prefix(
+            self._head_loss(self.decode_head, inputs, data_samples),
+            'decode')
+
+    def _auxiliary_head_forward_train(self, inputs: List[Tensor],
+                                      data_samples: SampleList) -> dict:
+        losses = dict()
+        if isinstance(self.auxiliary_head, nn.ModuleList):
+            for idx, aux_head in enumerate(self.auxiliary_head):
+                losses.update(add_prefix(
+                    self._head_loss(aux_head, inputs, data_samples),
+                    f'aux_{idx}'))
+        else:
+            losses.update(add_prefix(
+                self._head_loss(self.auxiliary_head, inputs, data_samples),
+                'aux'))
+        return losses

@@ -57,8 +57,8 @@ def small_inference_config(path: str) -> Config:
     for step in cfg.test_pipeline:
         if step['type'] == 'Resize':
             step['scale'] = (long, short)
-        elif step['type'] == 'ResizeShortestEdge':  # ViT-L's second resize
-            step['scale'] = short
+    # and no upsampling to the sliding window's short side
+    cfg.model.data_preprocessor.pop('test_short_side', None)
     return cfg
 
 

@@ -186,10 +186,12 @@ def test_training_data_and_normalisation(path):
         dict(type='RandomFlip', prob=0.5),
         dict(type='PhotoMetricDistortion'),
         dict(type='PackSegInputs')]
+    # segm/model/utils.py:92-104,164: every test image whose short side is
+    # below the window (the training crop) is upsampled to it, as a float
     assert dict(cfg.model.data_preprocessor) == dict(
-        type='SegDataPreProcessor', mean=[127.5] * 3, std=[127.5] * 3,
-        bgr_to_rgb=True, pad_val=0, seg_pad_val=IGNORE,
-        size=(crop, crop))
+        type='ShortSideDataPreProcessor', mean=[127.5] * 3,
+        std=[127.5] * 3, bgr_to_rgb=True, pad_val=0, seg_pad_val=IGNORE,
+        size=(crop, crop), test_short_side=crop)
 
 
 @pytest.mark.parametrize('path', PUBLISHED)
@@ -272,16 +274,14 @@ def test_test_time(path):
     cfg, info = load(path), describe(path)
     data = DATASETS[info['dataset']]
     # segm/eval/miou.py:227-232: every model's images at the dataset's
-    # image size, windows of the training crop, stride crop - 32; ViT-L's
-    # images then upsampled to the 640 window (segm/model/utils.py:92-104)
+    # image size, windows of the training crop, stride crop - 32; images
+    # below the window (every one at ViT-L's 640) are then upsampled by the
+    # data preprocessor (test_training_data_and_normalisation)
     window = 640 if info['size'] == 'l' else data['crop']
     im_size = data['im_size']
     resize = [dict(type='Resize',
                    scale=(data['max_ratio'] * im_size, im_size),
                    keep_ratio=True)]
-    if info['size'] == 'l':
-        resize.append(dict(type='ResizeShortestEdge', scale=640,
-                           max_size=2**20))
     load_labels = dict(type='LoadAnnotations')
     if data['reduce_zero']:
         load_labels['reduce_zero_label'] = True

@@ -23,4 +23,8 @@ custom_hooks = [
     dict(type='RNGStateCheckpointHook'),
     dict(type='WeightsOnlyCheckpointHook')
 ]
+# --tta: mmseg's SegTTAModel averages the views' softmax probabilities
+# (each view's logits resized to the original image, its flip undone) and
+# takes the argmax: the released multi-scale merge (segm/model/utils.py:
+# 140-147,175-177; segm/eval/miou.py:79)
 tta_model = dict(type='SegTTAModel')

@@ -7,7 +7,9 @@ crop_size = (640, 640)
 checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segmenter/vit_large_p16_384_20220308-d4efb41d.pth'  # noqa
 model = dict(
     pretrained=checkpoint,
-    data_preprocessor=dict(size=crop_size),
+    # pad to the crop in training; upsample test images below the
+    # window (segm/model/utils.py:92-104,164)
+    data_preprocessor=dict(size=crop_size, test_short_side=crop_size[0]),
     backbone=dict(
         img_size=crop_size, embed_dims=1024, num_layers=24, num_heads=16),
     decode_head=dict(

@@ -9,6 +9,8 @@
 dataset_type = 'ADE20KDataset'
 data_root = 'data/ade/ADEChallengeData2016'
 crop_size = (512, 512)
+# the test resize target: short side 512, long side at most 4 x 512
+img_scale = (2048, 512)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
@@ -25,21 +27,35 @@ train_pipeline = [
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(2048, 512), keep_ratio=True),
+    dict(type='Resize', scale=img_scale, keep_ratio=True),
     # labels are loaded after Resize: metrics use the original resolution
     dict(type='LoadAnnotations', reduce_zero_label=True),
     dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
-img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
+# --tta: the released multi-scale test (segm/eval/miou.py --multiscale,
+# :103-104 -> segm/data/base.py:88-107): mmseg 0.14.1's MultiScaleFlipAug
+# (requirements.txt:11), given the test resize target img_scale and these
+# ratios, resizes to the target scaled by each ratio, (int(2048 r),
+# int(512 r)), keeping the aspect ratio (its "mode 2", mmseg 0.x
+# mmseg/datasets/pipelines/test_time_aug.py:68-74), not the original
+# image scaled by r (mmseg 1.x's scale_factor); each view is also
+# flipped. The data preprocessor then upsamples a view whose short side
+# is below the window, the windows slide as in the single-scale test,
+# and mmseg's SegTTAModel (_base_/default_runtime.py) averages the
+# views' softmax probabilities at the original size, flips undone, as
+# segm/model/utils.py:140-147,175-177 does.
+img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]  # segm/data/base.py:89-96
 tta_pipeline = [
     dict(type='LoadImageFromFile', backend_args=None),
     dict(
         type='TestTimeAug',
         transforms=[
             [
-                dict(type='Resize', scale_factor=r, keep_ratio=True)
-                for r in img_ratios
+                dict(
+                    type='Resize',
+                    scale=(int(img_scale[0] * r), int(img_scale[1] * r)),
+                    keep_ratio=True) for r in img_ratios
             ],
             [
                 dict(type='RandomFlip', prob=0., direction='horizontal'),

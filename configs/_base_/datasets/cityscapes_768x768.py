@@ -8,6 +8,8 @@
 dataset_type = 'CityscapesDataset'
 data_root = 'data/cityscapes/'
 crop_size = (768, 768)
+# the test resize target: short side 1024, long side at most 2 x 1024
+img_scale = (2048, 1024)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),
@@ -24,10 +26,33 @@ train_pipeline = [
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(2048, 1024), keep_ratio=True),
+    dict(type='Resize', scale=img_scale, keep_ratio=True),
     dict(type='LoadAnnotations'),
     dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
+]
+# --tta: the released multi-scale test, as in ade20k.py: the test resize
+# target scaled by each ratio, (int(2048 r), int(1024 r)), unflipped and
+# flipped (segm/eval/miou.py:103-104, segm/data/base.py:88-107, mmseg
+# 0.14.1's MultiScaleFlipAug); the views' softmax averaged by SegTTAModel
+img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]  # segm/data/base.py:89-96
+tta_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=None),
+    dict(
+        type='TestTimeAug',
+        transforms=[
+            [
+                dict(
+                    type='Resize',
+                    scale=(int(img_scale[0] * r), int(img_scale[1] * r)),
+                    keep_ratio=True) for r in img_ratios
+            ],
+            [
+                dict(type='RandomFlip', prob=0., direction='horizontal'),
+                dict(type='RandomFlip', prob=1., direction='horizontal')
+            ], [dict(type='LoadAnnotations')],
+            [dict(type='CheckSegSample')], [dict(type='PackSegInputs')]
+        ])
 ]
 train_dataloader = dict(
     batch_size=2,

@@ -32,6 +32,29 @@ test_pipeline = [
     dict(type='CheckSegSample'),
     dict(type='PackSegInputs')
 ]
+# --tta: the released multi-scale test, as in ade20k.py: the test resize
+# target scaled by each ratio, (int(4160 r), int(520 r)), unflipped and
+# flipped (segm/eval/miou.py:103-104, segm/data/base.py:88-107, mmseg
+# 0.14.1's MultiScaleFlipAug); the views' softmax averaged by SegTTAModel
+img_ratios = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]  # segm/data/base.py:89-96
+tta_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=None),
+    dict(
+        type='TestTimeAug',
+        transforms=[
+            [
+                dict(
+                    type='Resize',
+                    scale=(int(img_scale[0] * r), int(img_scale[1] * r)),
+                    keep_ratio=True) for r in img_ratios
+            ],
+            [
+                dict(type='RandomFlip', prob=0., direction='horizontal'),
+                dict(type='RandomFlip', prob=1., direction='horizontal')
+            ], [dict(type='LoadAnnotations')],
+            [dict(type='CheckSegSample')], [dict(type='PackSegInputs')]
+        ])
+]
 train_dataloader = dict(
     batch_size=4,
     num_workers=4,

@@ -10,13 +10,20 @@ checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segmen
 # 83-84); mmseg's Segmenter port uses 1e-6
 backbone_norm_cfg = dict(type='LN', eps=1e-5, requires_grad=True)
 data_preprocessor = dict(
-    type='SegDataPreProcessor',
+    # mmseg's SegDataPreProcessor, then, at test time only, the released
+    # upsampling of a normalised image whose short side is below the
+    # sliding window to a short side of the window (bilinear, long side
+    # scaled and truncated: segm/model/utils.py:92-104, applied to every
+    # test image by inference at :164). The configs that change the window
+    # set test_short_side with it.
+    type='ShortSideDataPreProcessor',
     # normalization 'vit': mean = std = 0.5 x 255 (segm/data/utils.py:9)
     mean=[127.5, 127.5, 127.5],
     std=[127.5, 127.5, 127.5],
     bgr_to_rgb=True,
     pad_val=0,
-    seg_pad_val=255)
+    seg_pad_val=255,
+    test_short_side=512)
 # torch.nn.CrossEntropyLoss(ignore_index=255) (segm/engine.py:20): the mean
 # over the pixels that are not ignored. mmseg's default (avg_non_ignore
 # False) divides by every pixel of the crop, ignored ones included. Every

@@ -8,7 +8,9 @@
 #     model = dict(_base_.vit_demo, decode_head=dict(in_channels=96, ...))
 vit_demo = dict(
     pretrained=None,
-    data_preprocessor=dict(size=(128, 128)),
+    # whole-image inference, no upsampling of small test images (the
+    # published configs' released sliding-window test upsamples them)
+    data_preprocessor=dict(size=(128, 128), test_short_side=None),
     backbone=dict(
         img_size=(128, 128),
         patch_size=8,

@@ -10,7 +10,11 @@ pipeline's resize leaves images smaller than the window: ViT-L's 640
 window after ADE20K's 512 test resize, or very wide images whose long side
 the resize caps. mmseg's slide inference would instead run the model on
 the smaller image. The result is resized back to the original image size
-by the segmentor, as mmseg always does.
+by the segmentor, as mmseg always does. Every published config uses it
+with ``test_short_side`` set to its sliding window (released
+``segm/model/utils.py:92-104``, called for every test image at ``:164``);
+the views of the multi-scale test (``--tta``) go through it too, as the
+released ``--multiscale`` views do.
 """
 from __future__ import annotations
 

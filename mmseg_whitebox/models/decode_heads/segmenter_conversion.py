@@ -128,6 +128,9 @@ DATASETS = {150: 'ade20k', 19: 'cityscapes', 60: 'pascal-context'}
 # image_size) and the stride the window less 32 pixels.
 RELEASED_TEST_RESIZE = {'ade20k': (512, 4), 'pascal_context': (520, 8),
                         'cityscapes': (1024, 2)}
+#: the released --multiscale ratios of the test resize target
+#: (segm/data/base.py:88-107), each view also flipped
+RELEASED_MULTISCALE_RATIOS = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
 #: the released dataset a class count names (the released Pascal Context
 #: has 60 classes, background included), else the config's dataset
 RELEASED_DATASETS = {150: 'ade20k', 60: 'pascal_context',
@@ -423,7 +426,8 @@ def converted_config(model: PublishedModel, config: str,
     ``config`` file: the merged mmengine ``Config``, the model overrides
     (dotted keys, :func:`model_settings` less what ``config`` has), and
     the text of a config file that inherits ``config`` and sets them and
-    the released test resize (:func:`released_test_pipeline`)."""
+    the released test resize and multi-scale views where the config's
+    differ (:func:`released_pipeline`)."""
     import pprint
 
     from mmengine.config import Config
@@ -437,11 +441,10 @@ def converted_config(model: PublishedModel, config: str,
     if settings:
         text += f'model = {pprint.pformat(settings, sort_dicts=False)}\n'
     dataset = cfg.test_dataloader.dataset
-    pipeline = dataset.pipeline
-    test_pipeline = released_test_pipeline(
-        pipeline, RELEASED_DATASETS.get(model.n_cls) or CONFIG_DATASETS.get(
-            dataset.get('dataset_type', dataset.type)))
-    if test_pipeline != pipeline:
+    released = (RELEASED_DATASETS.get(model.n_cls) or CONFIG_DATASETS.get(
+        dataset.get('dataset_type', dataset.type)))
+    test_pipeline = released_pipeline(dataset.pipeline, released)
+    if test_pipeline != dataset.pipeline:
         cfg.merge_from_dict({'test_dataloader.dataset.pipeline':
                              test_pipeline,
                              'val_dataloader.dataset.pipeline':
@@ -452,25 +455,50 @@ def converted_config(model: PublishedModel, config: str,
                  'val_dataloader = dict(dataset=dict(pipeline=test_pipeline))'
                  '\ntest_dataloader = dict(dataset=dict('
                  'pipeline=test_pipeline))\n')
+    tta_pipeline = released_pipeline(cfg.get('tta_pipeline') or [], released)
+    if tta_pipeline != (cfg.get('tta_pipeline') or []):
+        cfg.tta_pipeline = tta_pipeline
+        text += ('# the released multi-scale test on that resize (--tta)\n'
+                 f'tta_pipeline = {pprint.pformat(tta_pipeline)}\n')
     return cfg, overrides, text
 
 
-def released_test_pipeline(pipeline: List[Dict[str, Any]],
-                           dataset: Optional[str]) -> List[Dict[str, Any]]:
-    """``pipeline`` (a config's test pipeline) with its ``Resize`` set to
-    the released evaluation's for ``dataset`` (a key of
+def released_scale(dataset: str, ratio: float = 1.0) -> Tuple[int, int]:
+    """The released test resize target of ``dataset`` (a key of
+    :data:`RELEASED_TEST_RESIZE`), scaled by ``ratio`` as mmseg 0.14.1's
+    MultiScaleFlipAug scales it: ``(int(long * ratio), int(short *
+    ratio))``."""
+    short, max_ratio = RELEASED_TEST_RESIZE[dataset]
+    return int(max_ratio * short * ratio), int(short * ratio)
+
+
+def released_pipeline(pipeline: List[Dict[str, Any]],
+                      dataset: Optional[str]) -> List[Dict[str, Any]]:
+    """``pipeline`` (a config's test or TTA pipeline) with the released
+    evaluation's resize for ``dataset`` (a key of
     :data:`RELEASED_TEST_RESIZE`; ``None`` or another: the pipeline as it
-    is). A ``ResizeShortestEdge`` of the config (the ViT-L configs'
-    upsampling of the uint8 image to the window) is left out: the
-    converted model's ``ShortSideDataPreProcessor`` upsamples the float
-    image as the released code does."""
+    is): a ``Resize`` goes to the released target; in a ``TestTimeAug``,
+    the list of ``Resize`` views becomes the released multi-scale views
+    (:data:`RELEASED_MULTISCALE_RATIOS` of the target). The upsampling of
+    images below the window is the data preprocessor's
+    (:func:`model_settings`)."""
     if dataset not in RELEASED_TEST_RESIZE:
         return pipeline
-    short, ratio = RELEASED_TEST_RESIZE[dataset]
-    return [dict(step, scale=(ratio * short, short), keep_ratio=True)
-            if step.get('type') == 'Resize' else dict(step)
-            for step in pipeline
-            if step.get('type') != 'ResizeShortestEdge']
+    out = []
+    for step in pipeline:
+        step = dict(step)
+        if step.get('type') == 'Resize':
+            step.update(scale=released_scale(dataset), keep_ratio=True)
+        elif step.get('type') == 'TestTimeAug':
+            step['transforms'] = [
+                [dict(type='Resize', scale=released_scale(dataset, r),
+                      keep_ratio=True)
+                 for r in RELEASED_MULTISCALE_RATIOS]
+                if views and all(v.get('type') == 'Resize' for v in views)
+                else [dict(v) for v in views]
+                for views in step['transforms']]
+        out.append(step)
+    return out
 
 
 def pick_config(model: PublishedModel, configs_root: str) -> str:

@@ -258,7 +258,7 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
     assert report['slopes']['cbsa']['flops'] < 1.05
     assert report['slopes']['segmenter']['flops'] > \
         report['slopes']['cbsa']['flops']
-    assert 'targets' not in report  # targets live in docs/benchmarks.md
+    assert 'targets' not in report  # targets: docs/notes/
 
 
 def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):

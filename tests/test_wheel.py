@@ -156,6 +156,10 @@ def test_wheel_carries_configs_tools_and_commands(dist):
         entry_points = wheel.read(next(
             n for n in names if n.endswith('.dist-info/entry_points.txt')
         )).decode()
+        metadata = wheel.read(next(
+            n for n in names if n.endswith('.dist-info/METADATA'))).decode()
+        licenses = [wheel.read(n).decode() for n in names
+                    if n.endswith('.dist-info/licenses/LICENSE')]
     metafiles = sorted(osp.relpath(p, REPO) for p in glob.glob(
         osp.join(REPO, 'configs', '*', 'metafile.yaml')))
     assert index.split() == ['Import:'] + [
@@ -164,11 +168,16 @@ def test_wheel_carries_configs_tools_and_commands(dist):
                      if line.startswith('mmseg-whitebox-'))
     assert scripts == sorted(['mmseg-whitebox-weights-only'] +
                              [f'mmseg-whitebox-{c}' for c in COMMANDS])
+    # the license the metadata names, and its text (pyproject.toml)
+    assert 'License-Expression: Apache-2.0' in metadata.splitlines()
+    with open(osp.join(REPO, 'LICENSE')) as f:
+        assert licenses == [f.read()]
     # the sdist carries the folders the wheel copies (a wheel built from it
     # is the one above) and no copy of them inside the package
     with tarfile.open(dist['sdist']) as sdist:
         members = [m.split('/', 1)[1] for m in sdist.getnames() if '/' in m]
     assert set(resource_files(REPO)) <= set(members)
+    assert {'LICENSE', 'CHANGELOG.md'} <= set(members)
     assert not [m for m in members if m.startswith('mmseg_whitebox/.mim')]
 
 

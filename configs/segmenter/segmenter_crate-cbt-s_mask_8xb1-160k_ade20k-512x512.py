@@ -1,4 +1,6 @@
-# Segmenter head on CRATE+CBT-S (_base_/models/white_box_encoders.py)
+# The Segmenter mask head on the CRATE+CBT-S encoder, trained from random
+# initialisation as its released factory starts (pretrained=None: no released
+# segmentation weights; _base_/models/white_box_encoders.py)
 _base_ = ['./segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py',
           '../_base_/models/white_box_encoders.py']
 model = dict(pretrained=None, backbone=dict(_base_.crate_cbt_s, _delete_=True),

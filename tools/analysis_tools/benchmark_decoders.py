@@ -19,8 +19,9 @@ reported as a ratio to the second, with the largest output difference. A
 run predicted (from the smaller sizes) not to fit in memory is skipped and
 marked so. Writes benchmark.json, benchmark.md (the table)
 and benchmark.png (latency and memory against tokens, log-log, with fitted
-slopes) to --out. The project's targets and their last measurements are
-in docs/benchmarks.md ("Decoder benchmark").
+slopes) to --out. The last measurements are in docs/benchmarks.md
+("Decoder benchmark"), the project's targets in
+docs/notes/benchmark-targets.md.
 """
 import argparse
 import os

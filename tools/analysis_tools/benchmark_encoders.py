@@ -14,8 +14,9 @@ parameters and FLOPs (mmengine's analysis, fused multiply-adds, attention
 included; at --flops-sizes), encoder and segmentor forward latency,
 encoder forward+backward latency, peak memory, each as a ratio to mmseg's
 ViT, and log-log slopes of cost against tokens. Writes benchmark.json,
-benchmark.md and benchmark.png to --out. The targets and the last
-measurements are in docs/benchmarks.md ("Encoder benchmark").
+benchmark.md and benchmark.png to --out. The last measurements are in
+docs/benchmarks.md ("Encoder benchmark"), the project's targets in
+docs/notes/benchmark-targets.md.
 """
 import argparse
 import os

@@ -1,13 +1,19 @@
 """Train a segmentor; the same options as mmseg's ``tools/train.py``.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume] [--amp]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume]
+        [--amp] [--amp-dtype float16|bfloat16]
         [--cfg-options k=v ...] [--launcher pytorch]
+
+``--amp`` trains under float16 autocast with a dynamic loss scale (as
+mmseg's); ``--amp-dtype bfloat16`` under bfloat16 (docs/training.md,
+"Mixed precision").
 """
 import argparse
-import logging
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.utils.amp import (AMP_DTYPES, amp_device_problem,
+                                      enable_amp)
 from mmseg_whitebox.utils.checkpoint_checks import (NonFiniteCounter,
                                                     ResumeCheckHook)
 from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
@@ -29,7 +35,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--amp',
         action='store_true',
-        help='automatic mixed precision (needs a GPU)')
+        help='automatic mixed precision: float16 autocast with a dynamic '
+        'loss scale, as mmseg\'s --amp (needs a GPU)')
+    parser.add_argument(
+        '--amp-dtype',
+        choices=AMP_DTYPES,
+        help='the autocast dtype of --amp (implies it): float16 (default) '
+        'or bfloat16')
     add_common_args(parser)
     return parser.parse_args(argv)
 
@@ -38,21 +50,12 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = load_config(args)
 
-    if args.amp:
-        import torch
-        from mmengine.logging import print_log
-        if not torch.cuda.is_available():
-            raise ToolError('--amp needs a CUDA GPU (mmengine\'s '
-                            'AmpOptimWrapper); train without it on CPU')
-        if cfg.optim_wrapper.type == 'AmpOptimWrapper':
-            print_log('AMP is already enabled in the config',
-                      logger='current', level=logging.WARNING)
-        elif cfg.optim_wrapper.type != 'OptimWrapper':
-            raise ToolError('--amp works with optim_wrapper.type='
-                            f'OptimWrapper, not {cfg.optim_wrapper.type}')
-        else:
-            cfg.optim_wrapper.type = 'AmpOptimWrapper'
-            cfg.optim_wrapper.loss_scale = 'dynamic'
+    if args.amp or args.amp_dtype:
+        enable_amp(cfg, args.amp_dtype)
+        problem = amp_device_problem(cfg.optim_wrapper.get('dtype', None)
+                                     or 'float16')
+        if problem:
+            raise ToolError(problem)
 
     cfg.resume = args.resume
     check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))

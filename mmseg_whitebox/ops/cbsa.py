@@ -40,7 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import export
+from . import export, precision
 from .subspace import SubspaceAttention
 
 GridSize = Union[int, Tuple[int, int]]
@@ -164,14 +164,9 @@ class CBSA(SubspaceAttention):
         k, m = self.num_heads, self.num_representatives
         z = self.project(x)  # U_k^T Z, (B, K, N, p)
         q_ini = self.initial_representatives(z, hw, grid_start)
-        # extraction, eq. (5), subspace by subspace as the paper writes it:
-        #   A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)
+        # extraction, eq. (5):
         #   U_k^T Q = U_k^T Q_ini + eta_k U_k^T Z A_k
-        # (A_k^T kept, m x N; all K stacked as (B, K*m, N))
-        attn_t = torch.cat([
-            torch.softmax((q_ini[:, i] * self.scale) @ z[:, i].mT, dim=-1)
-            for i in range(k)
-        ], dim=1)
+        attn_t = self.extraction_attention(q_ini, z)
         extracted = torch.stack(
             [attn_t[:, i * m:(i + 1) * m] @ z[:, i] for i in range(k)], dim=1)
         q = q_ini + self.eta * extracted
@@ -190,6 +185,34 @@ class CBSA(SubspaceAttention):
         if return_attn:
             return update, attn_t.view(b, k, m, n)
         return update
+
+    def extraction_attention(self, q_ini: torch.Tensor,
+                             z: torch.Tensor) -> torch.Tensor:
+        """``A_k^T`` of eq. (5) for every subspace, stacked as
+        ``(B, K*m, N)``: subspace by subspace as the paper writes it,
+        ``A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)``.
+        """
+        if not precision.float16_autocast(z):
+            return torch.cat([
+                torch.softmax((q_ini[:, i] * self.scale) @ z[:, i].mT,
+                              dim=-1) for i in range(self.num_heads)
+            ], dim=1)
+        # float16 autocast: the similarities reach 65504 (inf, then NaN
+        # attention) for subspace coordinates of a few hundred, so they are
+        # computed in float32, shifted by their row maximum (the softmax
+        # does not change) and cast back before the softmax. Shifted values
+        # are <= 0 and cannot overflow (below -65504 they become -inf, of
+        # weight 0 as in float32), and the attention kept for the backward
+        # pass stays float16 (without the stop-gradient the float32
+        # coordinates are kept too). tests/test_mixed_precision.py
+        with precision.autocast_off(z):
+            q32, z32 = q_ini.float() * self.scale, z.float()
+            parts = []
+            for i in range(self.num_heads):
+                logits = q32[:, i] @ z32[:, i].mT
+                shifted = logits - logits.detach().amax(-1, keepdim=True)
+                parts.append(torch.softmax(shifted.to(z.dtype), dim=-1))
+            return torch.cat(parts, dim=1)
 
     def contract(self, q: torch.Tensor) -> torch.Tensor:
         """Contraction among the representatives ``(B, K, m, p)``, eq. (8):

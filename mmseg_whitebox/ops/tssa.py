@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from . import precision
 from .subspace import SubspaceAttention
 
 
@@ -82,10 +83,26 @@ class TSSA(SubspaceAttention):
         folded into the projection back rather than applied to every
         token."""
         w = self.project(x)  # (B, K, N, p)
+        if precision.float16_autocast(w):
+            # float16 autocast: the squares and their sums over the tokens
+            # overflow 65504 (coordinates above 256, or many tokens), so the
+            # statistics are computed in float32; the memberships, in
+            # [0, 1], are cast back. tests/test_mixed_precision.py
+            with precision.autocast_off(w):
+                pi, gain = self.statistics(w.float())
+            pi = pi.to(w.dtype)
+        else:
+            pi, gain = self.statistics(w)
+        return self.project_back(w * pi.unsqueeze(-1), gain=gain)
+
+    def statistics(self, w: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The memberships ``pi`` ``(B, K, N)`` and the per-direction
+        rescaling ``-1 / (1 + E_pi[(U_k^T z)^2])`` ``(B, K, 1, p)`` of the
+        subspace coordinates ``w`` ``(B, K, N, p)``."""
         w_squared = w * w
         pi = self.memberships(w, w_squared)
         weights = pi / (pi.sum(-1, keepdim=True) + self.eps)
         # E_pi[(U_k^T z)^2] per direction: (B, K, 1, p)
         second_moment = torch.matmul(weights.unsqueeze(-2), w_squared)
-        return self.project_back(w * pi.unsqueeze(-1),
-                                 gain=-1 / (1 + second_moment))
+        return pi, -1 / (1 + second_moment)

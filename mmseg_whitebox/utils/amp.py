@@ -1,0 +1,58 @@
+"""Mixed-precision training for ``tools/train.py --amp [--amp-dtype]``.
+
+``--amp`` does what mmseg's ``tools/train.py --amp`` does: mmengine's
+``AmpOptimWrapper`` with a dynamic loss scale, autocast in float16.
+``--amp-dtype bfloat16`` autocasts in bfloat16 instead (its exponent range
+is float32's, so nothing overflows; the loss scaler is kept: it only skips
+steps whose gradients are not finite). docs/training.md, "Mixed precision".
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import torch
+
+from .tool_error import ToolError
+
+#: the autocast dtypes ``--amp-dtype`` takes (``AmpOptimWrapper.dtype``)
+AMP_DTYPES = ('float16', 'bfloat16')
+
+
+def amp_device_problem(dtype: str) -> Optional[str]:
+    """Why this machine cannot train in ``dtype``, or None: mmengine's
+    ``AmpOptimWrapper`` refuses to start without an accelerator, and its
+    autocast fails on a GPU without bfloat16 only at the first step."""
+    if not torch.cuda.is_available():
+        return ('--amp needs a CUDA GPU (mmengine\'s AmpOptimWrapper); '
+                'train without it on CPU')
+    if dtype == 'bfloat16' and not torch.cuda.is_bf16_supported():
+        return ('this GPU has no bfloat16: use --amp-dtype float16 (with '
+                'its dynamic loss scale)')
+    return None
+
+
+def enable_amp(cfg: Any, dtype: Optional[str] = None) -> None:
+    """Switch ``cfg.optim_wrapper`` to ``AmpOptimWrapper`` autocasting in
+    ``dtype`` (default float16) with a dynamic loss scale: mmseg's
+    ``--amp``, with the dtype set. A config that already uses
+    ``AmpOptimWrapper`` keeps its settings, and takes ``dtype`` if one is
+    given; any other wrapper type is refused, as mmseg refuses it."""
+    if dtype is not None and dtype not in AMP_DTYPES:
+        raise ToolError(f'--amp-dtype must be one of {AMP_DTYPES}, got '
+                        f'{dtype!r}')
+    wrapper = cfg.optim_wrapper
+    kind = wrapper.get('type', 'OptimWrapper')
+    if kind == 'AmpOptimWrapper':
+        from mmengine.logging import print_log
+        print_log('AMP is already enabled in the config',
+                  logger='current', level=logging.WARNING)
+        if dtype is not None:
+            wrapper.dtype = dtype
+        return
+    if kind != 'OptimWrapper':
+        raise ToolError('--amp works with optim_wrapper.type=OptimWrapper, '
+                        f'not {kind}')
+    wrapper.type = 'AmpOptimWrapper'
+    wrapper.loss_scale = 'dynamic'
+    wrapper.dtype = dtype or 'float16'

@@ -39,26 +39,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..deployment.onnx_segmentor import slide_windows
 from .metrics import count_nonfinite
 
 Window = Tuple[int, int, int, int]  # y1, y2, x1, x2
-
-
-def slide_windows(height: int, width: int, test_cfg: Any) -> List[Window]:
-    """The windows of mmseg's ``slide_inference`` over an image of
-    ``height`` x ``width``, in its order."""
-    h_stride, w_stride = test_cfg['stride']
-    h_crop, w_crop = test_cfg['crop_size']
-    h_grids = max(height - h_crop + h_stride - 1, 0) // h_stride + 1
-    w_grids = max(width - w_crop + w_stride - 1, 0) // w_stride + 1
-    windows = []
-    for h_idx in range(h_grids):
-        for w_idx in range(w_grids):
-            y2 = min(h_idx * h_stride + h_crop, height)
-            x2 = min(w_idx * w_stride + w_crop, width)
-            windows.append((max(y2 - h_crop, 0), y2, max(x2 - w_crop, 0),
-                            x2))
-    return windows
 
 
 def fast_path_unsupported(model: nn.Module, evaluator: Any) -> Optional[str]:
@@ -122,8 +106,9 @@ class HeadInference:
         image)."""
         if self.model.test_cfg.get('mode', 'whole') != 'slide':
             return [None]
-        return slide_windows(inputs.shape[2], inputs.shape[3],
-                             self.model.test_cfg)
+        test_cfg = self.model.test_cfg
+        return slide_windows(tuple(inputs.shape[2:]), test_cfg['crop_size'],
+                             test_cfg['stride'])
 
     def _reused(self, name: str, shape: Tuple[int, ...],
                 like: torch.Tensor) -> torch.Tensor:

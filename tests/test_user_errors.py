@@ -185,6 +185,9 @@ def test_unwritable_output_is_refused_before_the_model(image, tmp_path):
     tool_fails(['tools/noise_robustness.py', DEMO_SEGMENTER, 'missing.pth',
                 '--out', str(blocker / 'sweep')], 'noise_robustness.py',
                '--out', 'is a file', unchanged=[tmp_path])
+    tool_fails(['tools/test.py', DEMO_SEGMENTER, 'missing.pth', '--out',
+                str(blocker)], 'test.py', '--out', 'is a file',
+               unchanged=[tmp_path])
 
 
 def test_unknown_output_formats(image, weights, tmp_path):

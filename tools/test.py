@@ -33,6 +33,7 @@ from mmseg_whitebox.utils.cli import (ToolError, add_checkpoint_check_args,
                                       add_common_args, check_checkpoint,
                                       check_data_roots, checkpoint_check_hook,
                                       drop_training, load_config, run_tool)
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_checks import (check_tta, check_work_dir,
                                              num_classes_problem,
                                              reported_errors)
@@ -85,6 +86,8 @@ def enable_visualization(cfg, args) -> None:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.out is not None:  # before any work, as the other tools
+        check_writable_folder(args.out, '--out')
     check_checkpoint(args.checkpoint)
     try:
         check_checkpoint_file(args.checkpoint)
@@ -92,6 +95,9 @@ def main(argv=None) -> dict:
         raise ToolError(str(exc)) from exc
     cfg = load_config(args)
     check_work_dir(cfg.work_dir)
+    if args.show_dir:
+        check_writable_folder(osp.join(cfg.work_dir, args.show_dir),
+                              '--show-dir')
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         enable_visualization(cfg, args)

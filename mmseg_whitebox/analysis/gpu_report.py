@@ -1,0 +1,308 @@
+"""The project's four benchmarks on one GPU, in float32 and bfloat16, as one
+report.
+
+The logic behind ``tools/analysis_tools/gpu_report.py``: the decoder,
+encoder, training-step and shared-encoder-sweep benchmarks
+(:mod:`.decoder_benchmark`, :mod:`.encoder_benchmark`,
+:mod:`.train_step_benchmark`, :mod:`.shared_encoder_benchmark`) run with
+GPU sizes (:data:`GPU_PLAN`: images up to 4096x4096 pixels, 65,536
+tokens, for the decode heads; crops up to 2048x2048 for the encoders and
+the training step), each once without autocast and once under bfloat16
+autocast, each timing option budgeted so that the whole run is meant to
+take under 8 minutes on one current GPU. Every model is built once and
+measured in both precisions. Writes ``gpu_report.md`` (one table per
+benchmark, with the device name, torch version and date) and one JSON per
+benchmark. ``dry_run`` runs the same sequence on the CPU at tiny sizes
+(:data:`DRY_RUN_PLAN`), to check the code path without a GPU. FLOPs are
+not counted: they do not depend on the device, and the CPU tables of
+``docs/benchmarks.md`` have them.
+"""
+from __future__ import annotations
+
+import os
+import os.path as osp
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from mmseg_whitebox.utils.atomic import write_json, write_text
+from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
+from .benchmark import (BenchmarkOptions, autocast, machine, measure_sizes,
+                        prepare_run, results_table)
+from .shared_encoder_benchmark import (SharedSweepOptions,
+                                       run_shared_encoder_benchmark)
+
+#: the precisions of every benchmark: None (float32) and autocast bf16
+PRECISIONS: Tuple[Optional[str], ...] = (None, 'bf16')
+REPORT = 'gpu_report.md'
+
+
+@dataclass
+class ReportPlan:
+    """Sizes, models and timing budgets of every benchmark of a report."""
+    decoder_encoder: str
+    decoder_heads: Sequence[str]
+    decoder_sizes: Sequence[Tuple[int, int]]
+    decoder_timing: BenchmarkOptions
+    encoder_size: str
+    encoders: Sequence[str]
+    encoder_sizes: Sequence[Tuple[int, int]]
+    encoder_timing: BenchmarkOptions
+    train_size: str
+    train_models: Sequence[str]
+    train_sizes: Sequence[Tuple[int, int]]
+    train_batch: int
+    train_band_rows: Optional[int]
+    train_timing: BenchmarkOptions
+    sweep_config: str  # relative to the config root
+    sweep_images: int
+    sweep_image_size: Tuple[int, int]
+    sweep_settings: int
+    sizes_note: str = field(default='')
+
+
+def _squares(*sides: int) -> List[Tuple[int, int]]:
+    return [(s, s) for s in sides]
+
+
+#: what a GPU report runs. Timing budgets: each timed call is stopped
+#: after ``max_seconds`` of timed calls (at least 3, or one call longer
+#: than that), so that the largest sizes cost seconds, not minutes; the
+#: sizes a model is predicted (from its smaller sizes) not to fit in 80%
+#: of the GPU's free memory are skipped, as in the benchmark tools.
+GPU_PLAN = ReportPlan(
+    decoder_encoder='s', decoder_heads=tuple(decoder_benchmark.HEAD_CONFIGS),
+    decoder_sizes=_squares(512, 1024, 2048, 4096),
+    decoder_timing=BenchmarkOptions(repeats=10, warmup=2, max_seconds=1.0,
+                                    flops=False),
+    encoder_size='s', encoders=tuple(encoder_benchmark.ENCODER_CONFIGS),
+    encoder_sizes=_squares(512, 1024, 2048),
+    encoder_timing=BenchmarkOptions(repeats=5, warmup=1, max_seconds=1.0,
+                                    flops=False),
+    train_size='s', train_models=('vit+segmenter', 'vit+cbsa', 'cbt+cbsa'),
+    train_sizes=_squares(512, 1024, 2048), train_batch=1,
+    train_band_rows=64,
+    train_timing=BenchmarkOptions(repeats=3, warmup=1, max_seconds=2.0,
+                                  flops=False),
+    sweep_config='cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py',
+    sweep_images=4, sweep_image_size=(512, 683), sweep_settings=20,
+    sizes_note=('decode heads: images of 512 to 4096 pixels square (1,024 '
+                'to 65,536 tokens of the ViT-S grid); encoders and training '
+                'step: crops of 512 to 2048 pixels square; sweep: 4 images '
+                'of 512x683, 20 settings'))
+
+#: the same sequence at the smallest sizes and models the benchmarks take
+#: (a check of the code path, seconds on a CPU; its figures mean nothing)
+DRY_RUN_PLAN = ReportPlan(
+    decoder_encoder='t', decoder_heads=('segmenter', 'cbsa'),
+    decoder_sizes=_squares(160),
+    decoder_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                    backward=True, flops=False),
+    encoder_size='t', encoders=('vit',), encoder_sizes=_squares(160),
+    encoder_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                    flops=False),
+    train_size='t', train_models=('vit+segmenter',),
+    train_sizes=_squares(160), train_batch=1, train_band_rows=None,
+    train_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                  flops=False),
+    sweep_config='cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
+    sweep_images=1, sweep_image_size=(64, 64), sweep_settings=2,
+    sizes_note='dry run: one tiny size per benchmark, T models, on the CPU')
+
+
+def missing_gpu(device: str) -> Optional[str]:
+    """The one line to print instead of a report when ``device`` is a CUDA
+    device torch cannot see (None when it can)."""
+    if torch.device(device).type == 'cuda' and not torch.cuda.is_available():
+        return ('no GPU: torch sees no CUDA device, so there is no GPU '
+                'report to make (--dry-run runs the same sequence on the '
+                'CPU at tiny sizes)')
+    return None
+
+
+def precision_name(amp: Optional[str]) -> str:
+    return amp or 'fp32'
+
+
+def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
+    for row in rows:
+        row['precision'] = precision_name(amp)
+    return rows
+
+
+def _options(timing: BenchmarkOptions, amp: Optional[str]
+             ) -> BenchmarkOptions:
+    return BenchmarkOptions(**dict(vars(timing), amp=amp))
+
+
+def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
+              config_root: str) -> List[Dict]:
+    heads, info = decoder_benchmark.build_heads(
+        list(plan.decoder_heads), plan.decoder_encoder, device, 0,
+        config_root)
+    rows: List[Dict] = []
+    for amp in PRECISIONS:
+        options, history = _options(plan.decoder_timing, amp), {}
+        done = measure_sizes(plan.decoder_sizes, lambda size:
+                             decoder_benchmark.measure_size(
+                                 heads, info, size, options, device,
+                                 history, limit))
+        decoder_benchmark.add_ratios(done)
+        rows += _with_precision(done, amp)
+    return rows
+
+
+def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
+              config_root: str) -> List[Dict]:
+    models = encoder_benchmark.build_segmentors(
+        list(plan.encoders), plan.encoder_size, device, 0, config_root)
+    rows: List[Dict] = []
+    for amp in PRECISIONS:
+        options, history = _options(plan.encoder_timing, amp), {}
+        done = measure_sizes(plan.encoder_sizes, lambda size:
+                             encoder_benchmark.measure_size(
+                                 models, size, options, device, history,
+                                 limit, False))
+        encoder_benchmark.add_ratios(done)
+        rows += _with_precision(done, amp)
+    return rows
+
+
+def _train_step(plan: ReportPlan, device: torch.device,
+                limit: Optional[int], config_root: str) -> List[Dict]:
+    models = train_step_benchmark.build_trainable(
+        list(plan.train_models), plan.train_size, device, 0, config_root,
+        loss_band_rows=plan.train_band_rows)
+    rows: List[Dict] = []
+    for amp in PRECISIONS:
+        options, history = _options(plan.train_timing, amp), {}
+        done = measure_sizes(plan.train_sizes, lambda size:
+                             train_step_benchmark.measure_size(
+                                 models, size, plan.train_batch, options,
+                                 device, history, limit))
+        train_step_benchmark.add_ratios(done)
+        rows += _with_precision(done, amp)
+    return rows
+
+
+def _shared_sweep(plan: ReportPlan, device: torch.device,
+                  limit: Optional[int], config_root: str) -> List[Dict]:
+    options = SharedSweepOptions(
+        config=osp.join(config_root, plan.sweep_config),
+        images=plan.sweep_images, image_size=tuple(plan.sweep_image_size),
+        settings=plan.sweep_settings, device=str(device))
+    rows = []
+    for amp in PRECISIONS:
+        with autocast(device, amp):  # the whole evaluation, as --amp does
+            report = run_shared_encoder_benchmark(options)
+        rows.append(dict(
+            precision=precision_name(amp), config=plan.sweep_config,
+            images=plan.sweep_images,
+            size='x'.join(map(str, plan.sweep_image_size)),
+            settings=plan.sweep_settings, sequential_s=report['sequential_s'],
+            shared_s=report['shared_s'], ratio=report['ratio'],
+            encoder_share=report['encoder_s'] / report['evaluation_s'],
+            identical=report['identical'], status='ok'))
+    return rows
+
+
+PRECISION_COLUMN = ('precision', 'precision', '{}')
+
+
+def _columns(columns: Sequence) -> List:
+    """A benchmark's table columns, precision first, FLOPs left out (not
+    counted here)."""
+    return [PRECISION_COLUMN] + [c for c in columns if 'flops' not in c[0]]
+
+
+SWEEP_COLUMNS = [
+    PRECISION_COLUMN, ('config', 'config', '{}'), ('images', 'images', '{}'),
+    ('size', 'image', '{}'), ('settings', 'settings', '{}'),
+    ('sequential_s', 'one at a time s', '.2f'),
+    ('shared_s', 'shared encoder s', '.2f'), ('ratio', 'ratio', 'r'),
+    ('encoder_share', 'encoder share of one evaluation', '.2f'),
+    ('identical', 'identical metrics', '{}'),
+]
+#: benchmark -> (title, runner, table columns), in the order they run
+BENCHMARKS: Dict[str, Tuple[str, Callable, Sequence]] = {
+    'decoders': ('Decode heads on ViT features', _decoders,
+                 _columns(decoder_benchmark.COLUMNS)),
+    'encoders': ('Encoders under the CBSA head', _encoders,
+                 _columns(encoder_benchmark.COLUMNS)),
+    'train_step': ('One training step', _train_step,
+                   _columns(train_step_benchmark.COLUMNS)),
+    'shared_sweep': ('Shared-encoder noise sweep', _shared_sweep,
+                     SWEEP_COLUMNS),
+}
+
+
+def report_markdown(facts: Dict, plan: ReportPlan,
+                    results: Dict[str, Dict]) -> str:
+    """The report: a header naming the device, torch and date, then per
+    benchmark its seconds and one table (rows of both precisions)."""
+    device = facts.get('gpu') or facts['cpu']
+    lines = [f'# GPU report: {device}', '',
+             f'{device}, torch {facts["torch"]}, {facts["date"]}; '
+             f'{plan.sizes_note}; float32 and bfloat16 autocast.', '']
+    for name, (title, _, columns) in BENCHMARKS.items():
+        done = results.get(name)
+        if done is None:
+            continue
+        lines += [f'## {title}', '', f'{done["seconds"]:.0f} s.', '']
+        if 'error' in done:
+            lines += [f'Not measured: {done["error"]}', '']
+            continue
+        notes = decoder_benchmark.straightforward_note if name == 'decoders' else (
+            lambda row: [])
+        lines += [results_table(done['results'], columns, notes), '']
+    return '\n'.join(lines)
+
+
+def run_gpu_report(out_dir: str, device: str = 'cuda',
+                   dry_run: bool = False,
+                   config_root: Optional[str] = None) -> Dict:
+    """Run every benchmark of :data:`GPU_PLAN` on ``device`` (or of
+    :data:`DRY_RUN_PLAN` on the CPU with ``dry_run``), in float32 and
+    bfloat16, and write ``gpu_report.md`` and ``<benchmark>.json`` to
+    ``out_dir``; returns ``{machine, results}``. A benchmark that runs out
+    of GPU memory is reported as such and the others still run.
+    ``ValueError`` for a device torch cannot see, or the GPU sizes asked
+    of a CPU (hours: use ``dry_run`` or the benchmark tools)."""
+    from mmseg_whitebox.utils.model_index import resources_root
+    if dry_run:
+        device, plan = 'cpu', DRY_RUN_PLAN
+    else:
+        plan = GPU_PLAN
+        if torch.device(device).type != 'cuda':
+            raise ValueError(f'the GPU sizes on {device!r} would take '
+                             'hours: give a CUDA device, or --dry-run for '
+                             'the tiny CPU run')
+    dev, limit = prepare_run(device, None, None)
+    if config_root is None:
+        root = resources_root()
+        if root is None:
+            raise ValueError('no configs/ found (neither a checkout nor an '
+                             'installed wheel\'s)')
+        config_root = osp.join(root, 'configs')
+    os.makedirs(out_dir, exist_ok=True)
+    facts = machine(dev)
+    print(f'GPU report on {facts.get("gpu") or facts["cpu"]}, torch '
+          f'{facts["torch"]}: {plan.sizes_note}', flush=True)
+    results: Dict[str, Dict] = {}
+    for name, (title, runner, _) in BENCHMARKS.items():
+        print(f'\n=== {title}', flush=True)
+        start = time.perf_counter()
+        try:
+            done: Dict = dict(results=runner(plan, dev, limit, config_root))
+        except torch.cuda.OutOfMemoryError as exc:
+            done = dict(error=f'out of GPU memory ({exc})'.splitlines()[0])
+            torch.cuda.empty_cache()
+        done['seconds'] = time.perf_counter() - start
+        results[name] = done
+        write_json(osp.join(out_dir, f'{name}.json'),
+                   dict(machine=facts, benchmark=name, **done))
+    write_text(osp.join(out_dir, REPORT),
+               report_markdown(facts, plan, results) + '\n')
+    return dict(machine=facts, results=results)

@@ -247,6 +247,7 @@ def settings_of(model, test_cfg=None, pad=None, short_side=None):
     (its ``test_short_side``) inside the block."""
     from mmengine.config import ConfigDict
 
+    from mmseg_whitebox.deployment.onnx_export import swaps_bgr_to_rgb
     from mmseg_whitebox.models.data_preprocessors import \
         ShortSideDataPreProcessor
     saved = model.test_cfg, model.data_preprocessor
@@ -254,7 +255,7 @@ def settings_of(model, test_cfg=None, pad=None, short_side=None):
     if short_side:
         model.data_preprocessor = ShortSideDataPreProcessor(
             mean=pre.mean.flatten().tolist(), std=pre.std.flatten().tolist(),
-            bgr_to_rgb=pre.channel_conversion, pad_val=pre.pad_val,
+            bgr_to_rgb=swaps_bgr_to_rgb(pre), pad_val=pre.pad_val,
             test_short_side=short_side)
     saved_pad = model.data_preprocessor.test_cfg
     model.data_preprocessor.test_cfg = pad

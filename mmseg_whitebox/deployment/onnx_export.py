@@ -432,6 +432,14 @@ def _replayable(model: nn.Module) -> None:
                         'ShortSideDataPreProcessor only')
 
 
+def swaps_bgr_to_rgb(data_preprocessor: Any) -> Optional[bool]:
+    """Whether mmseg's ``SegDataPreProcessor`` swaps the channels (None:
+    cannot tell): mmseg 1.2.2 names the flag ``channel_conversion``,
+    onedl-mmsegmentation ``_channel_conversion``."""
+    return getattr(data_preprocessor, 'channel_conversion',
+                   getattr(data_preprocessor, '_channel_conversion', None))
+
+
 def deployment_metadata(model: nn.Module) -> Dict[str, str]:
     """What :class:`~.onnx_segmentor.OnnxSegmentor` needs to turn an image
     into ``inference_model``'s prediction with the graph of ``model``
@@ -447,8 +455,7 @@ def deployment_metadata(model: nn.Module) -> Dict[str, str]:
                         '(build it with mmseg\'s init_model)')
     _replayable(model)
     pre = model.data_preprocessor
-    conversion = getattr(pre, 'channel_conversion',
-                         getattr(pre, '_channel_conversion', None))
+    conversion = swaps_bgr_to_rgb(pre)
     if conversion is None:
         raise ToolError('cannot tell whether the data preprocessor swaps '
                         'BGR to RGB (no channel_conversion attribute)')

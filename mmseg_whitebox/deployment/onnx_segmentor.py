@@ -90,9 +90,9 @@ def read_metadata(props: Dict[str, str], source: str = 'the graph'
             f'{REEXPORT}')
     try:
         version = int(version)
-    except ValueError:
+    except ValueError as exc:
         raise OnnxMetadataError(f'{source}: unreadable metadata version '
-                                f'{version!r}; {REEXPORT}') from None
+                                f'{version!r}; {REEXPORT}') from exc
     if version > METADATA_VERSION:
         raise OnnxMetadataError(
             f'{source} has deployment metadata version {version}, newer '
@@ -110,7 +110,7 @@ def read_metadata(props: Dict[str, str], source: str = 'the graph'
         meta = {k: json.loads(props[k]) for k in REQUIRED_KEYS}
     except json.JSONDecodeError as exc:
         raise OnnxMetadataError(f'{source}: damaged deployment metadata '
-                                f'({exc}); {REEXPORT}') from None
+                                f'({exc}); {REEXPORT}') from exc
     if meta['mode'] not in ('whole', 'slide'):
         raise OnnxMetadataError(f'{source}: inference mode '
                                 f'{meta["mode"]!r} is not whole or slide')

@@ -41,10 +41,10 @@ from mmengine.structures import PixelData
 from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
 
 from _helpers import REPO
+from test_released_evaluation import released_encoder
 from test_segmenter_conversion import (cbt_decoder_forward, decoder_shapes,
                                        depict_decoder_forward, encoder_shapes,
-                                       layer_norm, mask_decoder_forward,
-                                       vit_block)
+                                       mask_decoder_forward)
 
 # ----------------------------------------------------- the released recipe
 
@@ -487,35 +487,14 @@ def to_released(mmseg: Dict[str, torch.Tensor], kind: str,
     return released
 
 
-def released_encoder(state, image, heads: int, grid: int):
-    """segm/model/vit.py:108-134 with ``return_features``: the patch
-    embedding, the CLS token first, the position embedding of the training
-    crop's grid resized bilinearly to the image's when they differ
-    (vit.py:120-128, segm/model/utils.py:22-40), the blocks
-    (segm/model/blocks.py:80-95), the final norm; the patch tokens."""
-    x = F.conv2d(image, state['encoder.patch_embed.proj.weight'],
-                 state['encoder.patch_embed.proj.bias'], stride=PATCH)
-    b, _, h, w = x.shape
-    x = torch.cat([state['encoder.cls_token'].expand(b, -1, -1),
-                   x.flatten(2).transpose(1, 2)], 1)
-    pos = state['encoder.pos_embed']
-    if pos.shape[1] != x.shape[1]:
-        trained = pos[:, 1:].reshape(1, grid, grid, -1).permute(0, 3, 1, 2)
-        resized = F.interpolate(trained, size=(h, w), mode='bilinear',
-                                align_corners=False)
-        pos = torch.cat([pos[:, :1], resized.flatten(2).transpose(1, 2)], 1)
-    x = x + pos
-    for i in range(DEPTH):
-        x = vit_block(x, state, f'encoder.blocks.{i}', heads)
-    return layer_norm(x, state, 'encoder.norm')[:, 1:], (h, w)
-
-
 def released_forward(state, image, kind: str, sizes: Dict[str, int]):
     """segm/model/segmenter.py:32-48 (the image is a multiple of the
     patch: no padding): encoder, the released decoder, masks upsampled
     bilinearly to the image."""
-    tokens, hw = released_encoder(state, image, sizes['heads'],
-                                  sizes['grid'])
+    # segm/model/vit.py:108-134: the patch embedding, CLS token, position
+    # embedding resized bilinearly when the grids differ (vit.py:120-128,
+    # segm/model/utils.py:22-40), blocks, final norm; the patch tokens
+    tokens, hw = released_encoder(state, image, sizes['heads'], DEPTH)
     if kind == 'mask':
         masks = mask_decoder_forward(state, tokens, hw, N_CLS)
     elif kind == 'cbt':

@@ -15,6 +15,16 @@ if os.environ.get('PYTEST_XDIST_WORKER'):
     torch.set_num_threads(1)
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread inside the test (restored after it): small CPU
+    computations run fastest, and steadiest on a shared machine, so."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope='session')
 def tiny_ade(tmp_path_factory) -> str:
     """A tiny synthetic ADE20K-layout dataset (appearance variant)."""

@@ -82,12 +82,8 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# small CPU steps run fastest and steadiest on one thread (conftest.py)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture

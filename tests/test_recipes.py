@@ -357,16 +357,6 @@ PATCH = 16
 TOLERANCE = 1e-9
 
 
-@pytest.fixture
-def one_thread():
-    """Small CPU steps run fastest, and steadiest on a shared machine, on
-    one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_config(path: str) -> Config:
     """The published config with no pretrained download, a ``DEPTH``-layer
     encoder, ``N_CLS`` classes, no dropout or drop path, and the batch's

@@ -20,14 +20,9 @@ CONFIGS = demo_configs()
 SIGMAS = [0.0, 0.05, 0.5]  # 1 + 2 + 2 draws: chunks of 2 split a point
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine the tiny demo
-    models run ~10x faster so (both paths alike)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# the tiny demo models run ~10x faster on one intra-op thread on a
+# shared 2-core machine, both paths alike (conftest.py)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture

@@ -132,9 +132,21 @@ def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
     return rows
 
 
-def _options(timing: BenchmarkOptions, amp: Optional[str]
-             ) -> BenchmarkOptions:
-    return BenchmarkOptions(**dict(vars(timing), amp=amp))
+def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
+                        measure: Callable, add_ratios: Callable
+                        ) -> List[Dict]:
+    """``measure(size, options, history)`` at every size, in fp32 and then
+    bf16 (each with its own ratios), the rows marked with their
+    precision."""
+    rows: List[Dict] = []
+    for amp in PRECISIONS:
+        options = BenchmarkOptions(**dict(vars(timing), amp=amp))
+        history: Dict = {}
+        done = measure_sizes(sizes,
+                             lambda size: measure(size, options, history))
+        add_ratios(done)
+        rows += _with_precision(done, amp)
+    return rows
 
 
 def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
@@ -142,32 +154,22 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
     heads, info = decoder_benchmark.build_heads(
         list(plan.decoder_heads), plan.decoder_encoder, device, 0,
         config_root)
-    rows: List[Dict] = []
-    for amp in PRECISIONS:
-        options, history = _options(plan.decoder_timing, amp), {}
-        done = measure_sizes(plan.decoder_sizes, lambda size:
-                             decoder_benchmark.measure_size(
-                                 heads, info, size, options, device,
-                                 history, limit))
-        decoder_benchmark.add_ratios(done)
-        rows += _with_precision(done, amp)
-    return rows
+    return _in_both_precisions(
+        plan.decoder_sizes, plan.decoder_timing,
+        lambda size, options, history: decoder_benchmark.measure_size(
+            heads, info, size, options, device, history, limit),
+        decoder_benchmark.add_ratios)
 
 
 def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
               config_root: str) -> List[Dict]:
     models = encoder_benchmark.build_segmentors(
         list(plan.encoders), plan.encoder_size, device, 0, config_root)
-    rows: List[Dict] = []
-    for amp in PRECISIONS:
-        options, history = _options(plan.encoder_timing, amp), {}
-        done = measure_sizes(plan.encoder_sizes, lambda size:
-                             encoder_benchmark.measure_size(
-                                 models, size, options, device, history,
-                                 limit, False))
-        encoder_benchmark.add_ratios(done)
-        rows += _with_precision(done, amp)
-    return rows
+    return _in_both_precisions(
+        plan.encoder_sizes, plan.encoder_timing,
+        lambda size, options, history: encoder_benchmark.measure_size(
+            models, size, options, device, history, limit, False),
+        encoder_benchmark.add_ratios)
 
 
 def _train_step(plan: ReportPlan, device: torch.device,
@@ -175,16 +177,12 @@ def _train_step(plan: ReportPlan, device: torch.device,
     models = train_step_benchmark.build_trainable(
         list(plan.train_models), plan.train_size, device, 0, config_root,
         loss_band_rows=plan.train_band_rows)
-    rows: List[Dict] = []
-    for amp in PRECISIONS:
-        options, history = _options(plan.train_timing, amp), {}
-        done = measure_sizes(plan.train_sizes, lambda size:
-                             train_step_benchmark.measure_size(
-                                 models, size, plan.train_batch, options,
-                                 device, history, limit))
-        train_step_benchmark.add_ratios(done)
-        rows += _with_precision(done, amp)
-    return rows
+    return _in_both_precisions(
+        plan.train_sizes, plan.train_timing,
+        lambda size, options, history: train_step_benchmark.measure_size(
+            models, size, plan.train_batch, options, device, history,
+            limit),
+        train_step_benchmark.add_ratios)
 
 
 def _shared_sweep(plan: ReportPlan, device: torch.device,

@@ -7,8 +7,7 @@ the checkout and a wheel carries them in ``mmseg_whitebox/.mim/tools``
 ``python <script>`` would (``runpy``, ``__name__ == '__main__'``,
 ``sys.argv[0]`` the script), as mmengine's and mim's launchers do, so the
 checkout's ``python tools/train.py`` and an installed ``mmseg-whitebox-train``
-are the same program. (The weights-only converter is a module of the
-package: ``mmseg-whitebox-weights-only``.)
+are the same program.
 """
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import runpy
 import sys
 from typing import Callable, Dict, List, Optional
 
-from mmseg_whitebox.utils.model_index import tool_path
+from mmseg_whitebox.apis.model_index import tool_path
 
 #: command -> script under tools/ (console script: mmseg-whitebox-<command>)
 COMMANDS: Dict[str, str] = {
@@ -30,6 +29,7 @@ COMMANDS: Dict[str, str] = {
     'segmenter2mmseg': 'model_converters/segmenter2mmseg.py',
     'timm2mmseg': 'model_converters/timm2mmseg.py',
     'whitebox2mmseg': 'model_converters/whitebox2mmseg.py',
+    'weights-only': 'model_converters/weights_only.py',
     'synthetic-ade20k': 'dataset_converters/synthetic_ade20k.py',
     'compare-robustness': 'analysis_tools/compare_robustness.py',
     'plot-robustness': 'analysis_tools/plot_robustness.py',

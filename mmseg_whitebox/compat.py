@@ -36,7 +36,7 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     weights-only-safe checkpoints this project writes (see
     :mod:`mmseg_whitebox.utils.checkpoint_codec`). A file that needs full
     unpickling is refused with an error that says how to convert it
-    (``python -m mmseg_whitebox.utils.weights_only``, from any directory);
+    (``python -m mmseg_whitebox weights-only``, from any directory);
     the protection is never switched off.
 
 ``mmengine's weights-only fallback`` (onedl-mmengine only)
@@ -111,8 +111,8 @@ COMPILED_MMCV_CLASSES = {
 COMPILED_MMCV_OPS = COMPILED_MMCV_FUNCTIONS + tuple(COMPILED_MMCV_CLASSES)
 
 #: how to convert a checkpoint that is refused on load (see
-#: :mod:`mmseg_whitebox.utils.weights_only`)
-WEIGHTS_ONLY_CONVERTER = 'python -m mmseg_whitebox.utils.weights_only'
+#: ``tools/model_converters/weights_only.py``)
+WEIGHTS_ONLY_CONVERTER = 'python -m mmseg_whitebox weights-only'
 
 STATUS: Dict[str, Any] = {}
 _TORCHVISION_LIB = None

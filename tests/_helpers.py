@@ -11,7 +11,7 @@ import torch
 from mmengine.logging import HistoryBuffer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmseg_whitebox.utils.demo_models import DEMO_MODELS, data_options
+from mmseg_whitebox.apis.demo_models import DEMO_MODELS, data_options
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_SEGMENTER = osp.join(

@@ -16,19 +16,22 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from PIL import Image
 
+from mmseg_whitebox.apis.demo_models import data_options
+from mmseg_whitebox.cli.run_checks import (check_param_schedulers, check_tta,
+                                           num_classes_problem)
 from mmseg_whitebox.datasets.checks import (DatasetCheckError,
                                             checked_seg_dataset)
-from mmseg_whitebox.utils.checkpoint_checks import (
-    CheckpointFileError, CheckpointMismatchError, NonFiniteCounter,
-    NonFiniteWeightsError, check_state_dict, init_model, load_checkpoint)
-from mmseg_whitebox.utils.cli import ToolError
-from mmseg_whitebox.utils.run_checks import (check_param_schedulers,
-                                             check_tta, check_work_dir,
-                                             download_error_message,
-                                             num_classes_problem,
-                                             reported_errors)
-
-from mmseg_whitebox.utils.demo_models import data_options
+from mmseg_whitebox.engine.hooks import NonFiniteCounter
+from mmseg_whitebox.utils.checkpoint_checks import (CheckpointFileError,
+                                                    CheckpointMismatchError,
+                                                    NonFiniteWeightsError,
+                                                    check_state_dict,
+                                                    init_model,
+                                                    load_checkpoint)
+from mmseg_whitebox.utils.input_checks import (check_work_dir,
+                                               download_error_message,
+                                               reported_errors)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 from _helpers import DEMO_SEGMENTER, REPO, run_tool
 
@@ -473,7 +476,7 @@ def test_tta_without_its_settings():
 
 def test_missing_data_root_names_the_key_to_set(tmp_path):
     """Inside dataset wrappers the advice names the wrapped dataset's key."""
-    from mmseg_whitebox.utils.cli import check_data_roots
+    from mmseg_whitebox.utils.input_checks import check_data_roots
     inner = [dict(type='ADE20KDataset', data_root=str(tmp_path)),
              dict(type='ADE20KDataset', data_root=str(tmp_path / 'absent'))]
     cfg = Config(dict(train_dataloader=dict(dataset=dict(

@@ -13,9 +13,9 @@ from mmseg.structures import SegDataSample
 
 from _helpers import created_tensors, default_dtype
 from mmseg_whitebox.models.losses import (DEFAULT_BAND_ROWS,
+                                          banded_cross_entropy,
                                           banded_loss_by_feat,
                                           check_banded_loss)
-from mmseg_whitebox.models.losses import banded_cross_entropy
 from mmseg_whitebox.models.losses.banded_cross_entropy import BandedLossError
 
 #: float64 comparisons: relative to the reference's largest entry
@@ -339,7 +339,7 @@ def test_banded_loss_refuses_a_head_with_its_own_loss():
 def test_segmentor_names_the_head_it_refuses_and_the_way_back():
     """A config error: the tools print it as one line (their
     user_error_message), naming the head, the reason and the way back."""
-    from mmseg_whitebox.utils.errors import user_error_message
+    from mmseg_whitebox.cli.errors import user_error_message
     dice = [dict(type='CrossEntropyLoss'), dict(type='DiceLoss')]
     with pytest.raises(ValueError) as info:
         tiny_segmentor('BandedLossEncoderDecoder', HEADS['segmenter'], dice)

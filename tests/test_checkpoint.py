@@ -15,10 +15,11 @@ from mmengine.logging import HistoryBuffer
 from mmengine.runner.checkpoint import _load_checkpoint
 
 from mmseg_whitebox.compat import UnsafeCheckpointError
-from mmseg_whitebox.utils import weights_only
+from mmseg_whitebox import commands
+from mmseg_whitebox.converters import weights_only
 from mmseg_whitebox.utils.checkpoint_codec import (decode_checkpoint,
                                                    encode_checkpoint)
-from mmseg_whitebox.utils.cli import BAD_INPUT, ToolError
+from mmseg_whitebox.utils.tool_error import BAD_INPUT, ToolError
 
 from _helpers import REPO, assert_same, run_tool
 
@@ -70,7 +71,7 @@ def test_mmengine_loader_decodes_and_refuses_unsafe(tmp_path):
     assert_same(training_state(), _load_checkpoint(str(safe)))
     with pytest.raises(
             UnsafeCheckpointError,
-            match='`python -m mmseg_whitebox.utils.weights_only .* --trust`'):
+            match='`python -m mmseg_whitebox weights-only .* --trust`'):
         _load_checkpoint(str(unsafe))
     with pytest.raises(FileNotFoundError):
         _load_checkpoint(str(tmp_path / 'missing.pth'))
@@ -111,10 +112,10 @@ def test_refusal_command_works_from_any_directory(tmp_path):
         _load_checkpoint(str(src))
     command = re.search(r'`(python -m [^`]*)`', str(info.value)).group(1)
     args = shlex.split(command)
-    assert args[:3] == ['python', '-m', 'mmseg_whitebox.utils.weights_only']
-    assert args[3] == str(src) and args[4:] == ['OUT.pth', '--trust']
+    assert args[:4] == ['python', '-m', 'mmseg_whitebox', 'weights-only']
+    assert args[4] == str(src) and args[5:] == ['OUT.pth', '--trust']
 
-    bad = run_elsewhere(args[1:3] + ['missing.pth', 'OUT.pth', '--trust'],
+    bad = run_elsewhere(args[1:4] + ['missing.pth', 'OUT.pth', '--trust'],
                         cwd)
     assert bad.returncode == BAD_INPUT, bad.stderr
     assert "error: 'missing.pth' does not exist" in bad.stderr
@@ -127,28 +128,25 @@ def test_refusal_command_works_from_any_directory(tmp_path):
                 _load_checkpoint(str(cwd / 'OUT.pth')))
 
 
-@pytest.mark.parametrize('case', ['no_trust', 'missing', 'same_file',
-                                  'not_a_checkpoint', 'not_a_dict'])
+@pytest.mark.parametrize('case', ['missing', 'same_file', 'not_a_checkpoint',
+                                  'not_a_dict'])
 def test_converter_bad_input_is_a_tool_error(tmp_path, case):
     src, dst = tmp_path / 'in.pth', tmp_path / 'out.pth'
     torch.save(training_state(local_types=False), src)
-    argv = [str(src), str(dst), '--trust']
-    message = {'no_trust': '--trust', 'missing': 'does not exist',
-               'same_file': 'new file', 'not_a_checkpoint': 'cannot be read',
+    message = {'missing': 'does not exist', 'same_file': 'new file',
+               'not_a_checkpoint': 'cannot be read',
                'not_a_dict': 'holds a list'}[case]
-    if case == 'no_trust':
-        argv = argv[:2]
-    elif case == 'missing':
-        argv[0] = str(tmp_path / 'missing.pth')
+    if case == 'missing':
+        src = tmp_path / 'missing.pth'
     elif case == 'same_file':
-        argv[1] = str(src)
+        dst = src
     elif case == 'not_a_checkpoint':
         src.write_text('not a checkpoint')
     elif case == 'not_a_dict':
         torch.save([torch.zeros(1)], src)
     with pytest.raises(ToolError, match=message):
-        weights_only.main(argv)
-    assert not osp.exists(dst)
+        weights_only.convert(str(src), str(dst))
+    assert case == 'same_file' or not osp.exists(dst)
 
 
 def test_converter_console_script(tmp_path, monkeypatch, capsys):
@@ -159,7 +157,7 @@ def test_converter_console_script(tmp_path, monkeypatch, capsys):
         scripts = tomllib.load(f)['project']['scripts']
     module, _, attr = scripts['mmseg-whitebox-weights-only'].partition(':')
     entry = getattr(__import__(module, fromlist=[attr]), attr)
-    assert entry is weights_only.cli_main
+    assert entry is commands.weights_only
 
     src, dst = tmp_path / 'in.pth', tmp_path / 'sub' / 'out.pth'
     torch.save(training_state(local_types=False), src)
@@ -168,8 +166,7 @@ def test_converter_console_script(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as info:
         entry()
     assert info.value.code == BAD_INPUT
-    assert capsys.readouterr().err.startswith(
-        'mmseg-whitebox-weights-only: error: ')
+    assert capsys.readouterr().err.startswith('weights_only.py: error: ')
     monkeypatch.setattr(sys, 'argv', ['mmseg-whitebox-weights-only',
                                       str(src), str(dst), '--trust'])
     entry()

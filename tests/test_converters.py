@@ -11,10 +11,9 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.models.backbones.vit_conversion import (
-    augreg_to_timm, timm_vit_to_mmseg, vit_to_white_box)
-from mmseg_whitebox.models.backbones.white_box_conversion import (
-    white_box_to_mmseg)
+from mmseg_whitebox.converters.vit import (augreg_to_timm, timm_vit_to_mmseg,
+                                           vit_to_white_box)
+from mmseg_whitebox.converters.white_box import white_box_to_mmseg
 
 from _helpers import REPO, run_tool
 
@@ -492,7 +491,7 @@ def test_augreg_npz_and_timm_pth_convert_to_the_released_vit(tmp_path):
     mmseg's ViT, built as the configs build it and loaded strictly with
     it, computes the features the released ViT computes from the .npz
     (float64, within NPZ_RTOL of their largest magnitude)."""
-    from mmseg_whitebox.utils.state_dicts import read_state_dict
+    from mmseg_whitebox.converters.state_dicts import read_state_dict
     timm_state = timm_layout_weights()
     arrays = write_augreg_arrays(timm_state)
     np.savez(tmp_path / 'vit.npz', **arrays)
@@ -548,7 +547,7 @@ def test_augreg_npz_and_timm_pth_convert_to_the_released_vit(tmp_path):
 def test_augreg_npz_bad_input(tmp_path):
     """A key the file lacks, a key no ViT part reads, a wrong shape or an
     array that would need unpickling: a ValueError naming it."""
-    from mmseg_whitebox.utils.state_dicts import read_state_dict
+    from mmseg_whitebox.converters.state_dicts import read_state_dict
     arrays = write_augreg_arrays(timm_layout_weights())
     dense = 'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'
     cases = {

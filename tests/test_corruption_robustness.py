@@ -13,13 +13,20 @@ from _helpers import REPO, run_tool
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.robustness.corruptions import (
-    CorruptionError, CorruptionOptions, ImageCorruption, check_severities,
-    corrupt_image, corruption_names, corruption_summary,
-    find_corruption_transforms, insert_corruption_transform, markdown_table,
-    resolve_corruptions, run_corruption_benchmark)
-from mmseg_whitebox.utils.cli import ToolError
-from mmseg_whitebox.utils.demo_models import DEMO_MODELS
+from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+from mmseg_whitebox.robustness.corruptions import (CorruptionError,
+                                                   CorruptionOptions,
+                                                   ImageCorruption,
+                                                   check_severities,
+                                                   corrupt_image,
+                                                   corruption_names,
+                                                   corruption_summary,
+                                                   find_corruption_transforms,
+                                                   insert_corruption_transform,
+                                                   markdown_table,
+                                                   resolve_corruptions,
+                                                   run_corruption_benchmark)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 TOOL = 'tools/analysis_tools/test_corruption_robustness.py'
 CONFIG = DEMO_MODELS['cbsa']

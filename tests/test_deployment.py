@@ -127,7 +127,7 @@ def test_image_demo_paints_a_folder(demo_checkpoint, image_folder, tmp_path):
 def test_image_demo_single_image_and_bad_input(demo_checkpoint,
                                                image_folder, tmp_path):
     from mmseg_whitebox.apis.image_demo import image_demo
-    from mmseg_whitebox.utils.cli import ToolError
+    from mmseg_whitebox.utils.tool_error import ToolError
     image = osp.join(image_folder, 'wide.jpg')
     out_file = str(tmp_path / 'sub' / 'wide_overlay.png')
     images, written = image_demo(image, DEMO_CBSA, demo_checkpoint,

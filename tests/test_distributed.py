@@ -18,9 +18,9 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from _helpers import (DEMO_SEGMENTER, REPO, run_tool, small_run_options)
-from mmseg_whitebox.utils.cli import ToolError
 from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
                                               setup_distributed)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 pytestmark = [
     pytest.mark.distributed,
@@ -122,8 +122,8 @@ def test_launcher_without_torchrun_environment_is_a_clear_error(monkeypatch):
 def test_tools_destroy_the_process_group_they_started(tmp_path):
     """run_tool ends the process group on success and on a ToolError, so
     no rank leaves its teardown to the interpreter's shutdown."""
-    from mmseg_whitebox.utils.cli import BAD_INPUT
-    from mmseg_whitebox.utils.cli import run_tool as run_tool_main
+    from mmseg_whitebox.utils.tool_error import BAD_INPUT
+    from mmseg_whitebox.cli import run_tool as run_tool_main
 
     def start(argv):
         dist.init_process_group(
@@ -144,7 +144,8 @@ def test_tools_destroy_the_process_group_they_started(tmp_path):
 WORKER_TOOL = """
 import atexit, os, sys
 import torch.distributed as dist
-from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.cli import run_tool
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 class Finalised:

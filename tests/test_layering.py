@@ -1,7 +1,8 @@
 """The package's import graph: no cycles, and no module imports one of a
-higher layer (ops < models < robustness/analysis < the package root;
-tools sit above the package). Function-local imports count as imports:
-they only hide a cycle or an upward dependency from the interpreter."""
+higher layer, one layer per package (utils < ops < models < converters,
+robustness, analysis, deployment, apis < cli < the package root; tools
+sit above the package). Function-local imports count as imports: they
+only hide a cycle or an upward dependency from the interpreter."""
 import ast
 import os
 import os.path as osp
@@ -11,32 +12,43 @@ from _helpers import REPO
 
 PACKAGE = 'mmseg_whitebox'
 
-#: the layer of each module, by its longest listed prefix
+#: the layer of each package (a module is in its package's layer)
 LAYERS = {
-    PACKAGE: 5,  # the root imports everything to register it
-    f'{PACKAGE}.version': 0,
+    PACKAGE: 6,  # the root imports everything to register it
     f'{PACKAGE}.utils': 0,
-    f'{PACKAGE}.compat': 0,
     f'{PACKAGE}.ops': 1,
     f'{PACKAGE}.models': 2,
     f'{PACKAGE}.engine': 2,
     f'{PACKAGE}.datasets': 3,
-    f'{PACKAGE}.utils.state_dicts': 3,  # converters, over the models
-    f'{PACKAGE}.utils.run_checks': 4,  # tools' checks, over the datasets
+    f'{PACKAGE}.converters': 4,
     f'{PACKAGE}.robustness': 4,
     f'{PACKAGE}.analysis': 4,
     f'{PACKAGE}.deployment': 4,
     f'{PACKAGE}.apis': 4,
+    f'{PACKAGE}.cli': 5,
+}
+#: the root's own modules, each at a layer of its own: the compatibility
+#: layer runs before anything else, the version is data, the commands
+#: run the tools (the root's layer), the moved names' aliases are the root's
+ROOT_MODULES = {
+    f'{PACKAGE}.compat': 0,
+    f'{PACKAGE}.version': 0,
+    f'{PACKAGE}.startup': 0,
+    f'{PACKAGE}.commands': 6,
+    f'{PACKAGE}.__main__': 6,
+    f'{PACKAGE}._moved': 6,
 }
 
 
 def layer(module: str) -> int:
-    parts = module.split('.')
-    for n in range(len(parts), 0, -1):
-        prefix = '.'.join(parts[:n])
-        if prefix in LAYERS:
-            return LAYERS[prefix]
-    raise KeyError(f'{module} has no layer: add it to LAYERS')
+    """The layer of ``module``: its root module's, or its package's (the
+    first two parts of its name); no module has a layer of its own."""
+    if module in ROOT_MODULES:
+        return ROOT_MODULES[module]
+    package = '.'.join(module.split('.')[:2])
+    if package not in LAYERS:
+        raise KeyError(f'{module} has no layer: add {package} to LAYERS')
+    return LAYERS[package]
 
 
 def package_modules() -> Dict[str, str]:
@@ -162,3 +174,13 @@ def test_the_probes_see_cycles_and_upward_imports():
     # only when a checkpoint is loaded, after its shims are in place)
     assert any(p.startswith(osp.join(PACKAGE, 'compat.py')) for p in local)
     assert f'{PACKAGE}.utils.checkpoint_checks' in graph[f'{PACKAGE}.compat']
+
+
+def test_every_module_has_its_package_layer():
+    """One layer per package: every module's layer is its package's (or a
+    root module's), so no module can be given a layer of its own."""
+    for module in package_modules():
+        assert layer(module) in LAYERS.values()
+    assert layer(f'{PACKAGE}.converters.state_dicts') == \
+        LAYERS[f'{PACKAGE}.converters']
+    assert layer(f'{PACKAGE}.cli.run_checks') > layer(f'{PACKAGE}.apis')

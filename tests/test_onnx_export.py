@@ -132,7 +132,7 @@ def test_export_pooling_is_adaptive_average_pooling():
 
 def test_agreement_below_threshold_is_an_error():
     from mmseg_whitebox.deployment.onnx_export import Parity, check_agreement
-    from mmseg_whitebox.utils.cli import ToolError
+    from mmseg_whitebox.utils.tool_error import ToolError
     good = Parity((128, 128), 1e-6, 1.0, export_shape=True)
     bad = Parity((96, 160), 3.0, 0.5)
     check_agreement([good], 0.999, 'x.onnx')
@@ -190,7 +190,7 @@ def test_bad_input_is_refused_before_exporting(segmenter_checkpoint,
                                                tmp_path):
     from mmseg_whitebox.deployment.onnx_export import (check_shapes,
                                                        export_and_check)
-    from mmseg_whitebox.utils.cli import ToolError
+    from mmseg_whitebox.utils.tool_error import ToolError
     cbsa = osp.join(REPO, demo_configs()['cbsa'])
     out = str(tmp_path / 'm.onnx')
     bad = [

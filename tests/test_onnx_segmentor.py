@@ -77,7 +77,7 @@ def test_test_resizes_are_mmcvs_pixel_for_pixel():
 
 def test_unreplayable_test_pipelines_are_refused():
     from mmseg_whitebox.deployment.onnx_export import pipeline_resizes
-    from mmseg_whitebox.utils.cli import ToolError
+    from mmseg_whitebox.utils.tool_error import ToolError
     for step in (dict(type='RandomFlip', prob=1.0),
                  dict(type='Resize', scale=(64, 64), backend='pillow'),
                  dict(type='LoadImageFromFile', to_float32=True)):

@@ -38,7 +38,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 
-from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+from mmseg_whitebox.converters import segmenter as sc
 
 from _helpers import REPO
 from test_released_evaluation import released_encoder

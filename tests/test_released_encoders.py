@@ -39,8 +39,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.models.backbones.white_box_conversion import \
-    white_box_to_mmseg
+from mmseg_whitebox.converters.white_box import white_box_to_mmseg
 from mmseg_whitebox.ops import CBSA
 
 from _helpers import REPO, default_dtype

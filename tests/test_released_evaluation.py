@@ -3,7 +3,7 @@ evaluate as the released code evaluates, in one scale and in several.
 
 A random checkpoint in the released key layout (``rstrudel/segmenter``
 and its DEPICT / CBT forks) is converted with the package's conversion
-(:mod:`mmseg_whitebox.models.decode_heads.segmenter_conversion`, what
+(:mod:`mmseg_whitebox.converters.segmenter`, what
 ``tools/model_converters/segmenter2mmseg.py`` runs) and loaded with
 ``strict=True`` into a published training config (``configs/segmenter``:
 ViT-T/S/B on ADE20K 512, ViT-L on ADE20K 640) or into the config the
@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
-from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
+from mmseg_whitebox.converters import segmenter as sc
 
 from _helpers import REPO
 from test_segmenter_conversion import (cbt_decoder_forward, decoder_shapes,

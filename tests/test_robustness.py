@@ -19,7 +19,7 @@ from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
                                        run_noise_sweep, select_layers,
                                        select_parameters)
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
-from mmseg_whitebox.utils.cli import ToolError
+from mmseg_whitebox.utils.tool_error import ToolError
 
 from _helpers import REPO, demo_configs, run_tool, small_run_options
 

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 import yaml
 from mmengine.config import Config
 
-from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
-from mmseg_whitebox.utils.state_dicts import convert_segmenter_file
+from mmseg_whitebox.converters import segmenter as sc
+from mmseg_whitebox.converters.state_dicts import convert_segmenter_file
 
 from _helpers import REPO, run_tool
 

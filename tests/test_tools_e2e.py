@@ -73,7 +73,7 @@ def test_test_tool_reports_and_saves(trained, tmp_path):
 
 def assert_bad_input(proc, tool: str, *words: str) -> None:
     """Bad input: exit status 2 and one line ``<tool>: error: ...`` naming
-    what was wrong, no traceback (mmseg_whitebox.utils.cli.run_tool)."""
+    what was wrong, no traceback (mmseg_whitebox.cli.run_tool)."""
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert f'{tool}: error: ' in proc.stderr, proc.stderr[-3000:]
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
@@ -185,7 +185,7 @@ def test_demo_freeze_encoder_zeroes_every_encoder_step():
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
 
-    from mmseg_whitebox.utils.demo_models import DEMO_MODELS, freeze_options
+    from mmseg_whitebox.apis.demo_models import DEMO_MODELS, freeze_options
     assert freeze_options(False) == []
     cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS['cbsa']))
     cfg.merge_from_dict({key: float(value) for key, value in (
@@ -211,7 +211,7 @@ def test_demo_freeze_encoder_zeroes_every_encoder_step():
 def test_interrupted_tools_keep_what_is_done_and_say_how_to_resume(capsys):
     """Ctrl-C in a sweep or corruption run (``resumable``): what is done is
     plotted, one line says where it is and how to continue, exit 130."""
-    from mmseg_whitebox.utils.cli import INTERRUPTED, resumable
+    from mmseg_whitebox.cli import INTERRUPTED, resumable
     calls = []
     with resumable('work_dirs/run', 'draws', lambda: calls.append('plot')):
         calls.append('work')

@@ -11,7 +11,7 @@ from PIL import Image
 
 from mmseg_whitebox import compat
 from mmseg_whitebox.compat import UnsafeCheckpointError
-from mmseg_whitebox.utils.cli import BAD_INPUT
+from mmseg_whitebox.utils.tool_error import BAD_INPUT
 
 from _helpers import DEMO_SEGMENTER, run_tool
 

@@ -379,7 +379,7 @@ def test_export_refuses_an_opset_it_cannot_write(weights, tmp_path):
 
 def test_only_user_errors_are_translated():
     """A bug keeps its traceback: no message for errors no input causes."""
-    from mmseg_whitebox.utils.errors import user_error_message
+    from mmseg_whitebox.cli.errors import user_error_message
     for bug in (RuntimeError('shape mismatch in matmul'), KeyError('x'),
                 TypeError("f() got an unexpected keyword argument 'y'"),
                 ZeroDivisionError('division by zero')):

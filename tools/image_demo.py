@@ -14,8 +14,7 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.image_demo import image_demo
-from mmseg_whitebox.utils.cli import (add_cfg_options_arg, run_tool,
-                                      tool_parser)
+from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -44,14 +44,13 @@ import argparse
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.robustness import (NAMED_TARGETS, PAPER_SIGMAS,
-                                       NoiseSweepOptions, format_summary,
+from mmseg_whitebox.cli import (add_checkpoint_check_args, add_common_args,
+                                resumable, run_tool, tool_parser)
+from mmseg_whitebox.robustness import (NAMED_TARGETS, NoiseSweepOptions,
+                                       PAPER_SIGMAS, format_summary,
                                        run_noise_sweep)
 from mmseg_whitebox.robustness.groups import GROUPS
 from mmseg_whitebox.robustness.perturbation import MODES
-from mmseg_whitebox.utils.cli import (add_checkpoint_check_args,
-                                      add_common_args, resumable, run_tool,
-                                      tool_parser)
 
 
 def layer_index(value: str):

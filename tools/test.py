@@ -26,17 +26,19 @@ import os.path as osp
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.cli import (add_checkpoint_check_args, add_common_args,
+                                checkpoint_check_hook, drop_training,
+                                load_config, run_tool)
+from mmseg_whitebox.cli.run_checks import check_tta, num_classes_problem
+from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
-                                                    NonFiniteCounter,
                                                     check_checkpoint_file)
-from mmseg_whitebox.utils.cli import (ToolError, add_checkpoint_check_args,
-                                      add_common_args, check_checkpoint,
-                                      check_data_roots, checkpoint_check_hook,
-                                      drop_training, load_config, run_tool)
-from mmseg_whitebox.utils.input_checks import check_writable_folder
-from mmseg_whitebox.utils.run_checks import (check_tta, check_work_dir,
-                                             num_classes_problem,
-                                             reported_errors)
+from mmseg_whitebox.utils.input_checks import (check_checkpoint,
+                                               check_data_roots,
+                                               check_work_dir,
+                                               check_writable_folder,
+                                               reported_errors)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -12,16 +12,14 @@ import argparse
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.utils.amp import (AMP_DTYPES, amp_device_problem,
-                                      enable_amp)
-from mmseg_whitebox.utils.checkpoint_checks import (NonFiniteCounter,
-                                                    ResumeCheckHook)
-from mmseg_whitebox.utils.cli import (ToolError, add_common_args,
-                                      check_data_roots, load_config, run_tool)
-from mmseg_whitebox.utils.run_checks import (check_param_schedulers,
-                                             check_work_dir,
-                                             num_classes_problem,
-                                             reported_errors)
+from mmseg_whitebox.cli import add_common_args, load_config, run_tool
+from mmseg_whitebox.cli.run_checks import (check_param_schedulers,
+                                           num_classes_problem)
+from mmseg_whitebox.engine.hooks import NonFiniteCounter, ResumeCheckHook
+from mmseg_whitebox.utils.amp import AMP_DTYPES, amp_device_problem, enable_amp
+from mmseg_whitebox.utils.input_checks import (check_data_roots,
+                                               check_work_dir, reported_errors)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -104,8 +104,8 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
         generate_synthetic_ade20k
     from mmseg_whitebox.robustness import (PAPER_SIGMAS, LoopEvaluation,
                                            ParameterNoise, select_parameters)
-    from mmseg_whitebox.robustness.metrics import (NonFiniteCounter,
-                                                   quiet_logging)
+    from mmseg_whitebox.engine.hooks import NonFiniteCounter
+    from mmseg_whitebox.robustness.metrics import quiet_logging
     from mmseg_whitebox.robustness.shared_encoder import (
         NoiseSetting, SharedEncoderEvaluation)
     device, _ = prepare_run(options.device, options.threads, None)
@@ -143,7 +143,7 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
             sequential = []
             for s in settings:
                 with ParameterNoise(s.parameters, s.sigma, s.mode, s.seed), \
-                        NonFiniteCounter(model) as counter:  # as NoiseSweep
+                        NonFiniteCounter().watching(model) as counter:  # as NoiseSweep
                     metrics = evaluate()
                 sequential.append(dict(metrics,
                                        nonfinite_fraction=counter.fraction))

@@ -16,14 +16,15 @@ import os
 import os.path as osp
 from typing import List, Optional, Sequence, Tuple
 
+from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.utils.atomic import atomic_path, check_not_input
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
-from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
-from mmseg_whitebox.utils.input_checks import (check_device,
+from mmseg_whitebox.utils.input_checks import (check_checkpoint, check_device,
                                                check_image_file,
                                                check_output_file,
                                                check_writable_folder)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 from .overlay import new_visualizer
 

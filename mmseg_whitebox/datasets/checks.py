@@ -36,11 +36,13 @@ from mmengine import fileio
 from mmengine.dataset.base_dataset import Compose
 from mmseg.registry import DATASETS, TRANSFORMS
 
+from mmseg_whitebox.utils.tool_error import ToolError
+
 #: how many offending files an error message lists
 SHOWN = 3
 
 
-class DatasetCheckError(ValueError):
+class DatasetCheckError(ToolError, ValueError):
     """Bad input data: the message names the file(s) and what to do."""
 
 

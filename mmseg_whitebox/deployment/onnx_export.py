@@ -55,14 +55,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.apis.image_demo import dataset_meta
+from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.apis.overlay import config_name
 from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.utils.atomic import (atomic_path, check_not_input,
                                          write_json)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
-from mmseg_whitebox.utils.cli import ToolError, check_checkpoint, read_config
-from mmseg_whitebox.utils.input_checks import (check_image_file,
+from mmseg_whitebox.utils.input_checks import (check_checkpoint,
+                                               check_image_file,
                                                check_output_file)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 from .onnx_segmentor import (CV2_INTERPOLATION, METADATA_VERSION,
                              OUTPUT_NAMES, REQUIRED_KEYS, VERSION_KEY,

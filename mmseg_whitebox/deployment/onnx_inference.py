@@ -19,8 +19,8 @@ from typing import List, Optional, Sequence, Tuple
 from mmseg_whitebox.apis.image_demo import (check_opacity, list_images,
                                             output_paths)
 from mmseg_whitebox.apis.overlay import overlay_figure
-from mmseg_whitebox.utils.cli import ToolError
 from mmseg_whitebox.utils.input_checks import check_image_file
+from mmseg_whitebox.utils.tool_error import ToolError
 
 from .onnx_segmentor import OnnxMetadataError, OnnxSegmentor, load_image
 

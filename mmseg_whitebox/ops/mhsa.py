@@ -6,7 +6,7 @@ the quadratic baseline: every token attends to every token,
 ``softmax(Q K^T / sqrt(p)) V`` per head, then an output projection.
 Parameter names follow timm's ViT (``qkv``, ``out_proj`` for its
 ``proj``), so pretrained weights map one to one
-(:mod:`mmseg_whitebox.models.backbones.vit_conversion`).
+(:mod:`mmseg_whitebox.converters.vit`).
 """
 from __future__ import annotations
 

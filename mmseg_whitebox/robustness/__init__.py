@@ -4,7 +4,6 @@ summary metrics, parameter groups and subspace diagnostics."""
 from .compare import compare_sweeps
 from .evaluation import LoopEvaluation, RunnerEvaluation, build_test_runner
 from .groups import GROUPS, group_selections, parameter_groups
-from .metrics import NonFiniteCounter
 from .noise_robustness import (NoiseSweepOptions, format_summary,
                                run_noise_sweep)
 from .perturbation import ParameterNoise
@@ -21,7 +20,6 @@ from .sweep import (PAPER_SIGMAS, NoiseSweep, ResultStore,
 __all__ = [
     'AttentionAblation', 'AttentionSite', 'AttentionUsage', 'GROUPS',
     'LoopEvaluation', 'NAMED_TARGETS', 'NoiseSweep', 'NoiseSweepOptions',
-    'NonFiniteCounter',
     'PAPER_SIGMAS', 'ParameterNoise', 'ResultStore', 'RunnerEvaluation',
     'Selection', 'attention_unused', 'build_test_runner',
     'check_sweep_settings', 'compare_sweeps', 'find_attention_sites',

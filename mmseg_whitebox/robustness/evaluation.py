@@ -13,9 +13,10 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn as nn
 
-from mmseg_whitebox.utils.cli import (check_checkpoint, check_data_roots,
-                                      drop_training, load_config)
-from mmseg_whitebox.utils.run_checks import check_work_dir
+from mmseg_whitebox.apis.runner_config import drop_training, runner_config
+from mmseg_whitebox.utils.input_checks import (check_checkpoint,
+                                               check_data_roots,
+                                               check_work_dir)
 from .metrics import Metrics, quiet_logging
 from .shared_encoder import SharedEncoderEvaluation
 
@@ -29,13 +30,9 @@ def build_test_runner(config: str,
                       ) -> Any:
     """A Runner set up as ``tools/test.py`` sets it up; ``prepare(cfg)``,
     if given, changes the config before the Runner is built."""
-    import argparse
-
     from mmengine.runner import Runner
     check_checkpoint(checkpoint)
-    args = argparse.Namespace(config=config, cfg_options=cfg_options,
-                              work_dir=work_dir, launcher=launcher)
-    cfg = load_config(args)
+    cfg = runner_config(config, cfg_options, work_dir, launcher)
     check_work_dir(cfg.work_dir)
     cfg.load_from = checkpoint
     drop_training(cfg)

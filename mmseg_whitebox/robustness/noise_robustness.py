@@ -18,8 +18,9 @@ import os.path as osp
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from mmseg_whitebox.utils.cli import ToolError, checkpoint_check_hook
-from mmseg_whitebox.utils.run_checks import reported_errors
+from mmseg_whitebox.engine.hooks import CheckpointCheckHook
+from mmseg_whitebox.utils.input_checks import reported_errors
+from mmseg_whitebox.utils.tool_error import ToolError
 from .evaluation import RunnerEvaluation, build_test_runner
 from .groups import group_selections
 from .plotting import load_results, plot_robustness, result_label
@@ -95,7 +96,7 @@ def run_noise_sweep(config: str,
     """Run (or, with ``options.resume``, continue) the sweep of ``config``
     with the weights of ``checkpoint``; returns the results (as saved in
     ``results.json`` in ``options.out_dir(config)``). Bad settings raise
-    :class:`~mmseg_whitebox.utils.cli.ToolError` before a model is built
+    :class:`~mmseg_whitebox.cli.ToolError` before a model is built
     where they can. On Ctrl-C, what is finished is plotted before the
     ``KeyboardInterrupt`` goes on."""
     options = options or NoiseSweepOptions()
@@ -108,7 +109,7 @@ def run_noise_sweep(config: str,
 
     runner = build_test_runner(config, checkpoint, options.cfg_options,
                                options.work_dir, options.launcher)
-    runner.register_hook(checkpoint_check_hook(options))
+    runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
     try:

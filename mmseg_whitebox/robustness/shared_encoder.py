@@ -34,7 +34,8 @@ from typing import (Any, Callable, Iterator, List, Optional, Sequence,
 import torch
 import torch.nn as nn
 
-from .metrics import Metrics, count_nonfinite, quiet_logging
+from mmseg_whitebox.engine.hooks import count_nonfinite
+from .metrics import Metrics, quiet_logging
 from .perturbation import ParameterNoise
 from .shared_inference import HeadInference, fast_path_unsupported
 from .sites import _unwrap
@@ -134,7 +135,7 @@ def _segmentor_view(model: nn.Module, head: nn.Module,
 
 
 def _nonfinite(outputs: Sequence[Any]) -> Tuple[int, int]:
-    """Non-finite and total logits, as :class:`~.evaluation.NonFiniteCounter`
+    """Non-finite and total logits, as :class:`~mmseg_whitebox.engine.hooks.NonFiniteCounter`
     counts them."""
     bad = total = 0
     for sample in outputs:

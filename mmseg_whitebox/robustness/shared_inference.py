@@ -40,7 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..deployment.onnx_segmentor import slide_windows
-from .metrics import count_nonfinite
+from mmseg_whitebox.engine.hooks import count_nonfinite
 
 Window = Tuple[int, int, int, int]  # y1, y2, x1, x2
 

@@ -37,9 +37,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch.nn as nn
 
+from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
-from .metrics import Evaluate, NonFiniteCounter
+from .metrics import Evaluate
 from .perturbation import MODES, ParameterNoise
 from .resume import setup_differences, with_config_digest
 from .selection import Selection
@@ -351,7 +352,7 @@ class NoiseSweep:
                      if abl.get('sites') == key), None)
 
     def _evaluate(self) -> Dict[str, float]:
-        with NonFiniteCounter(self.model) as counter:
+        with NonFiniteCounter().watching(self.model) as counter:
             metrics = self.evaluate()
         if 'mIoU' not in metrics:
             raise ValueError(

@@ -17,7 +17,7 @@ import os.path as osp
 import tempfile
 from typing import Any, Dict, Iterator, List, Sequence
 
-from mmseg_whitebox.utils.errors import BadFileError, OverwriteError
+from mmseg_whitebox.utils.tool_error import BadFileError, OverwriteError
 
 
 @contextlib.contextmanager

@@ -10,12 +10,11 @@ the keys and the fix, unless partial loading is asked for explicitly:
   checkpoints at all (a text/HTML file) get their own message;
 * :func:`check_state_dict`: missing/unexpected/size-mismatched keys and
   non-finite weights;
-* :class:`CheckpointCheckHook`: the same at a Runner's checkpoint load
-  (``tools/test.py``, ``tools/noise_robustness.py``);
 * :func:`load_checkpoint` / :func:`init_model`: the checked counterparts of
-  mmengine's ``load_checkpoint`` and mmseg's ``init_model``;
-* :class:`NonFiniteCounter`: counts non-finite inputs and predictions
-  during evaluation and says so loudly.
+  mmengine's ``load_checkpoint`` and mmseg's ``init_model``.
+
+The Runner hooks that apply these checks are in
+:mod:`mmseg_whitebox.engine.hooks.checkpoint_check_hooks`.
 """
 from __future__ import annotations
 
@@ -25,9 +24,9 @@ import zipfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
-from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmseg.registry import HOOKS
+
+from mmseg_whitebox.utils.tool_error import ToolError
 
 #: how many keys an error message lists
 SHOWN = 5
@@ -36,7 +35,7 @@ _ZIP_MAGIC = b'PK\x03\x04'
 _PICKLE_PROTO = b'\x80'
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ToolError, ValueError):
     """A checkpoint that would load wrongly or not at all."""
 
 
@@ -211,60 +210,6 @@ def _refuse_unless(allowed: bool, error: type, what: str,
     print_log(f'{what} (allowed): {message}', logger='current', level=30)
 
 
-@HOOKS.register_module()
-class CheckpointCheckHook(Hook):
-    """:func:`check_state_dict` on every checkpoint a Runner loads (for
-    evaluation: fine-tuning from a partial checkpoint is a training
-    matter, so the training tool does not add it)."""
-
-    priority = 'LOWEST'  # after hooks that rewrite the checkpoint (EMA)
-
-    def __init__(self, allow_partial: bool = False,
-                 allow_nonfinite: bool = False,
-                 partial_flag: str = 'allow_partial=True',
-                 nonfinite_flag: str = 'allow_nonfinite=True') -> None:
-        self.allow_partial = allow_partial
-        self.allow_nonfinite = allow_nonfinite
-        self.partial_flag = partial_flag
-        self.nonfinite_flag = nonfinite_flag
-
-    def after_load_checkpoint(self, runner: Any, checkpoint: dict) -> None:
-        model = runner.model
-        source = f'checkpoint {runner.cfg.get("load_from")!r}'
-        check_state_dict(model, state_dict_of(checkpoint), source,
-                         self.allow_partial, self.allow_nonfinite,
-                         self.partial_flag, self.nonfinite_flag)
-
-
-@HOOKS.register_module()
-class ResumeCheckHook(Hook):
-    """``--resume``: the checkpoint resumed from must be of this model. A
-    work dir reused for another config otherwise fails in mmengine's
-    optimizer load (``loaded state dict has a different number of parameter
-    groups``) after the weights were loaded partially."""
-
-    priority = 'LOWEST'
-
-    def after_load_checkpoint(self, runner: Any, checkpoint: dict) -> None:
-        missing, unexpected, mismatched = compare_state_dict(
-            runner.model, state_dict_of(checkpoint))
-        if not (missing or unexpected or mismatched):
-            return
-        from mmengine.runner import find_latest_checkpoint
-        source = runner.cfg.get('load_from') or find_latest_checkpoint(
-            runner.work_dir)
-        counts = ', '.join(f'{len(keys)} {what}' for keys, what in (
-            (mismatched, 'of another shape'), (missing, 'missing'),
-            (unexpected, 'not in the model')) if keys)
-        first = (mismatched[0][0] if mismatched else
-                 (missing or unexpected)[0])
-        raise CheckpointMismatchError(
-            f'--resume: {source!r} is a checkpoint of another model '
-            f'(weights {counts}, e.g. {first}): the work dir '
-            f'{runner.work_dir!r} belongs to another config. Give this '
-            'config its own --work-dir, or train without --resume')
-
-
 def load_checkpoint(model: torch.nn.Module, filename: str,
                     map_location: Any = 'cpu',
                     allow_partial: bool = False,
@@ -299,76 +244,3 @@ def init_model(config: Any, checkpoint: Optional[str] = None,
         load_checkpoint(model, checkpoint, allow_partial=allow_partial,
                         allow_nonfinite=allow_nonfinite)
     return model
-
-
-def _nonfinite(t: Any) -> bool:
-    return (isinstance(t, torch.Tensor) and t.is_floating_point()
-            and not bool(torch.isfinite(t).all()))
-
-
-@HOOKS.register_module()
-class NonFiniteCounter(Hook):
-    """Counts test/val images whose input or predicted logits hold NaN/Inf
-    (their argmax, and so the metrics, mean nothing); warns after each
-    evaluation and keeps :meth:`summary` for the tool's final report."""
-
-    def __init__(self) -> None:
-        self.images = 0
-        self.bad_inputs: List[str] = []
-        self.bad_predictions: List[str] = []
-
-    def _reset(self) -> None:
-        self.images, self.bad_inputs, self.bad_predictions = 0, [], []
-
-    def before_test_epoch(self, runner: Any) -> None:
-        self._reset()
-
-    def before_val_epoch(self, runner: Any) -> None:
-        self._reset()
-
-    def _count(self, data_batch: Any, outputs: Any) -> None:
-        inputs = (data_batch or {}).get('inputs', []) if isinstance(
-            data_batch, dict) else []
-        for i, sample in enumerate(outputs or []):
-            self.images += 1
-            name = sample.metainfo.get('img_path', f'image {self.images}')
-            logits = sample.get('seg_logits', None)
-            if i < len(inputs) and _nonfinite(inputs[i]):
-                self.bad_inputs.append(name)
-            if logits is not None and _nonfinite(logits.data):
-                self.bad_predictions.append(name)
-
-    def after_test_iter(self, runner: Any, batch_idx: int,
-                        data_batch: Any = None, outputs: Any = None) -> None:
-        self._count(data_batch, outputs)
-
-    def after_val_iter(self, runner: Any, batch_idx: int,
-                       data_batch: Any = None, outputs: Any = None) -> None:
-        self._count(data_batch, outputs)
-
-    def summary(self) -> Optional[str]:
-        """One warning line, or None when everything was finite."""
-        parts = []
-        for what, names in (('inputs', self.bad_inputs),
-                            ('predictions', self.bad_predictions)):
-            if names:
-                shown = ', '.join(names[:3]) + (' ...' if len(names) > 3
-                                                else '')
-                parts.append(f'{len(names)} of {self.images} images have '
-                             f'non-finite (NaN/Inf) {what} ({shown})')
-        if not parts:
-            return None
-        return ('; '.join(parts) + ': their predictions are meaningless and '
-                'so are the metrics. Check the input files and the '
-                'checkpoint (non-finite weights, a diverged training)')
-
-    def _warn(self, runner: Any, metrics: Any = None) -> None:
-        text = self.summary()
-        if text:
-            print_log('WARNING: ' + text, logger='current', level=30)
-
-    def after_test_epoch(self, runner: Any, metrics: Any = None) -> None:
-        self._warn(runner)
-
-    def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
-        self._warn(runner)

@@ -1,6 +1,6 @@
 """Checks of what a user hands a tool, made before any model is built.
 
-Each raises :class:`~mmseg_whitebox.utils.cli.ToolError` (one line, exit
+Each raises :class:`~mmseg_whitebox.cli.ToolError` (one line, exit
 status 2) naming what is wrong and what to do: a config file that is empty,
 not Python or not parseable; settings that cannot be (``num_classes=0``);
 a device this machine does not have; an output folder that cannot be
@@ -9,15 +9,15 @@ read or is too small.
 """
 from __future__ import annotations
 
-import argparse
 import ast
+import contextlib
 import os
 import os.path as osp
 import tempfile
-from typing import Any, Iterator, Optional, Sequence, Tuple
+import urllib.error
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from mmengine.config import DictAction
-
+from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
 from mmseg_whitebox.utils.tool_error import ToolError
 
 #: the config formats mmengine reads
@@ -28,24 +28,6 @@ POSITIVE_MODEL_KEYS = ('num_classes', 'embed_dims', 'num_heads', 'channels',
 #: the fewest pixels an image the demo paints has (mmseg's visualizer
 #: fails on a single pixel with an IndexError)
 MIN_IMAGE_PIXELS = 2
-
-
-class CfgOptionsAction(DictAction):
-    """mmengine's ``DictAction`` that refuses an item without ``=`` as an
-    argparse error (mmengine raises ``ValueError: not enough values to
-    unpack``)."""
-
-    def __call__(self, parser: argparse.ArgumentParser,
-                 namespace: argparse.Namespace, values: Any,
-                 option_string: Optional[str] = None) -> None:
-        for item in values:
-            key = item.split('=', 1)[0]
-            if '=' not in item or not key.strip():
-                raise argparse.ArgumentError(
-                    self, f'{item!r} is not KEY=VALUE: write e.g. '
-                    'model.decode_head.num_classes=19 (lists as '
-                    'key="[a,b]", no spaces around =)')
-        super().__call__(parser, namespace, values, option_string)
 
 
 def check_config_file(path: str) -> None:
@@ -227,3 +209,115 @@ def check_image_file(path: str) -> Tuple[int, int]:
                         f'small to paint (at least {MIN_IMAGE_PIXELS} '
                         'pixels); give a real image')
     return height, width
+
+
+def dataset_configs(dataset: Any,
+                    key: str = 'dataset') -> Iterable[Tuple[str, Any]]:
+    """``(key, config)`` of every dataset config in ``dataset`` (at
+    ``key``): the wrappers (ConcatDataset, RepeatDataset, ...) and the real
+    datasets they wrap, e.g. ``('dataset.datasets.1', ...)``."""
+    stack = [(key, dataset)]
+    while stack:
+        key, ds = stack.pop()
+        yield key, ds
+        if 'datasets' in ds:
+            stack.extend((f'{key}.datasets.{i}', d)
+                         for i, d in enumerate(ds['datasets']))
+        elif 'dataset' in ds:
+            stack.append((f'{key}.dataset', ds['dataset']))
+
+
+def _dataloader_roots(cfg: Any, names: Iterable[str]):
+    """``(data_root key, data_root)`` of the real datasets of loaders."""
+    for name in names:
+        loader = cfg.get(name, None)
+        if not loader:
+            continue
+        for key, ds in dataset_configs(loader.get('dataset', {}),
+                                       f'{name}.dataset'):
+            wrapper = 'datasets' in ds or 'dataset' in ds
+            if not wrapper and ds.get('data_root'):
+                yield f'{key}.data_root', ds['data_root']
+
+
+def check_data_roots(cfg: Any, loaders: Iterable[str]) -> None:
+    """Fail early, with advice, when a dataset folder is missing."""
+    for key, root in _dataloader_roots(cfg, loaders):
+        if osp.isdir(root):
+            continue
+        hint = ('download and convert the dataset as described in the '
+                'README ("Training on real ADE20K") or set '
+                f'--cfg-options {key}=...')
+        if 'synthetic' in root:
+            parent = osp.dirname(osp.normpath(root))
+            variant = ' --variant context' if 'context' in root else ''
+            hint = ('generate it with `python tools/dataset_converters/'
+                    f'synthetic_ade20k.py {parent}{variant}`')
+        raise ToolError(f'{key.split(".")[0]}: dataset folder {root!r} does '
+                        f'not exist; {hint}')
+
+
+def check_checkpoint(path: Optional[str]) -> None:
+    """A local checkpoint exists and is a complete torch file (empty,
+    truncated and text files are named as such, before a model is
+    built)."""
+    if path and '://' not in path and not osp.isfile(path):
+        raise ToolError(f'checkpoint {path!r} does not exist')
+    if path:
+        check_checkpoint_file(path)
+
+
+def check_work_dir(work_dir: str) -> None:
+    """The work dir can be created and written to (mmengine would fail with
+    a raw ``NotADirectoryError``/``PermissionError`` later): logs and
+    checkpoints go there."""
+    check_writable_folder(work_dir, '--work-dir', f'work dir {work_dir!r}')
+
+
+def pretrained_urls(cfg: Any) -> List[str]:
+    """The http(s) URLs a config downloads weights from."""
+    urls = []
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                walk(value)
+        elif isinstance(obj, str) and obj.startswith(('http://',
+                                                      'https://')):
+            if obj not in urls:
+                urls.append(obj)
+
+    walk(cfg.get('model', None))
+    walk(cfg.get('load_from', None))
+    return urls
+
+
+def download_error_message(cfg: Any, exc: BaseException) -> str:
+    """What to say when fetching a config's pretrained weights failed."""
+    urls = pretrained_urls(cfg)
+    reason = getattr(exc, 'reason', exc)
+    where = ', '.join(urls) if urls else 'a URL in the config'
+    return (
+        f'could not download the pretrained weights {where} ({reason}): '
+        'is this machine offline, or behind a proxy/firewall? Download the '
+        'file elsewhere (and '
+        'convert it if needed, e.g. tools/model_converters/timm2mmseg.py for '
+        'timm ViTs), then point the config at the local copy: --cfg-options '
+        'model.pretrained=/path/to/weights.pth (or model.backbone.init_cfg.'
+        'checkpoint=... where the config sets init_cfg), or put it in '
+        "torch's cache (~/.cache/torch/hub/checkpoints/); "
+        'model.pretrained=None trains from scratch')
+
+
+@contextlib.contextmanager
+def reported_errors(cfg: Any) -> Iterator[None]:
+    """A failed download of the config's pretrained weights (offline, a
+    proxy) as a :class:`ToolError` that says what to do; the data and
+    checkpoint checks raise their own typed errors."""
+    try:
+        yield
+    except urllib.error.URLError as exc:
+        raise ToolError(download_error_message(cfg, exc)) from exc

@@ -25,9 +25,10 @@ from typing import Dict, List
 
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis import benchmark as common
-from mmseg_whitebox.analysis import encoder_benchmark as bench
-from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
+from mmseg_whitebox.analysis import (benchmark as common,
+                                     encoder_benchmark as bench)
+from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.utils.tool_error import ToolError
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))), 'configs')

@@ -19,8 +19,9 @@ import argparse
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.apis import config_path
-from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
-from mmseg_whitebox.utils.demo_models import DEMO_MODELS
+from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -26,7 +26,8 @@ import os.path as osp
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
+from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.utils.tool_error import ToolError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEFAULT_CONFIG = osp.join('configs', 'cbsa',

@@ -30,11 +30,12 @@ import os.path as osp
 from typing import Dict, List
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis import benchmark as common
-from mmseg_whitebox.analysis import train_step_benchmark as bench
+from mmseg_whitebox.analysis import (benchmark as common,
+                                     train_step_benchmark as bench)
+from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
+from mmseg_whitebox.utils.tool_error import ToolError
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))), 'configs')

@@ -18,10 +18,12 @@ import os
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.apis.model_index import read_config
+from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
-from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      check_checkpoint, check_data_roots,
-                                      read_config, run_tool, tool_parser)
+from mmseg_whitebox.utils.input_checks import (check_checkpoint,
+                                               check_data_roots)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -12,8 +12,9 @@ over the sigmas all sweeps share. Writes DIR/comparison.{md,csv,png}.
 """
 import argparse
 
+from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.robustness.compare import compare_sweeps
-from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -19,7 +19,8 @@ path: its figures mean nothing). See docs/benchmarks.md ("GPU report").
 import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.utils.cli import ToolError, run_tool, tool_parser
+from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

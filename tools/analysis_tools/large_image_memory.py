@@ -22,12 +22,15 @@ import tempfile
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.benchmark import available_memory
-from mmseg_whitebox.analysis.large_image_memory import (
-    GIB, agreement, format_bytes, measure_in_subprocess, write_test_image)
+from mmseg_whitebox.analysis.large_image_memory import (GIB, agreement,
+                                                        format_bytes,
+                                                        measure_in_subprocess,
+                                                        write_test_image)
+from mmseg_whitebox.apis.model_index import read_config
+from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.cli import (ToolError, add_cfg_options_arg,
-                                      check_checkpoint, read_config, run_tool,
-                                      tool_parser)
+from mmseg_whitebox.utils.input_checks import check_checkpoint
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -13,8 +13,9 @@ well, see compare_robustness.py.
 """
 import argparse
 
+from mmseg_whitebox.cli import run_tool
 from mmseg_whitebox.robustness.plotting import plot_folders
-from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

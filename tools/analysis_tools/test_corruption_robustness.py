@@ -26,13 +26,11 @@ import functools
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.robustness.corruptions import (SEVERITIES,
-                                                   CorruptionOptions,
-                                                   markdown_table,
+from mmseg_whitebox.cli import (add_cfg_options_arg, add_checkpoint_check_args,
+                                resumable, run_tool, tool_parser)
+from mmseg_whitebox.robustness.corruptions import (CorruptionOptions,
+                                                   SEVERITIES, markdown_table,
                                                    run_corruption_benchmark)
-from mmseg_whitebox.utils.cli import (add_cfg_options_arg,
-                                      add_checkpoint_check_args, resumable,
-                                      run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

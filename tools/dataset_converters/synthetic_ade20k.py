@@ -11,10 +11,14 @@ the same arguments keeps the existing files.
 import argparse
 import time
 
+from mmseg_whitebox.cli import run_tool
 from mmseg_whitebox.datasets.synthetic_ade20k import (
-    VARIANTS, SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k,
+    SyntheticADE20KSpec,
+    VARIANTS,
+    chance_miou,
+    generate_synthetic_ade20k,
     load_meta)
-from mmseg_whitebox.utils.cli import ToolError, run_tool
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

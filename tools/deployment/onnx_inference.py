@@ -17,8 +17,8 @@ onnxruntime has with --provider (in order of preference).
 import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.deployment.onnx_inference import onnx_inference
-from mmseg_whitebox.utils.cli import run_tool, tool_parser
 
 
 def parse_args(argv=None) -> argparse.Namespace:

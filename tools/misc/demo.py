@@ -36,15 +36,18 @@ import time
 from typing import Dict, List, Optional
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.apis.demo_models import (DEFAULT_MODELS, DEMO_MODELS,
+                                             data_options, freeze_options,
+                                             schedule_options)
+from mmseg_whitebox.cli import run_tool
 from mmseg_whitebox.datasets.synthetic_ade20k import (
-    SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k, load_meta,
+    SyntheticADE20KSpec,
+    chance_miou,
+    generate_synthetic_ade20k,
+    load_meta,
     sample_name)
 from mmseg_whitebox.robustness import attention_unused
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.cli import run_tool
-from mmseg_whitebox.utils.demo_models import (DEFAULT_MODELS, DEMO_MODELS,
-                                              data_options, freeze_options,
-                                              schedule_options)
 
 # the repository root: configs are named relative to it, tools run in it
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

@@ -48,8 +48,9 @@ import argparse
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat first, registers the heads)
-from mmseg_whitebox.utils.cli import ToolError, run_tool
-from mmseg_whitebox.utils.state_dicts import convert_segmenter_file
+from mmseg_whitebox.cli import run_tool
+from mmseg_whitebox.converters.state_dicts import convert_segmenter_file
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def main(argv=None) -> None:

@@ -23,10 +23,10 @@ exactly (the check its pretrained loading makes).
 import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat first)
-from mmseg_whitebox.models.backbones.vit_conversion import (
-    timm_vit_to_mmseg, vit_to_white_box)
-from mmseg_whitebox.utils.cli import ToolError, run_tool
-from mmseg_whitebox.utils.state_dicts import convert_file
+from mmseg_whitebox.cli import run_tool
+from mmseg_whitebox.converters.state_dicts import convert_file
+from mmseg_whitebox.converters.vit import timm_vit_to_mmseg, vit_to_white_box
+from mmseg_whitebox.utils.tool_error import ToolError
 
 CONVERTERS = {'vit': timm_vit_to_mmseg, 'white-box': vit_to_white_box}
 

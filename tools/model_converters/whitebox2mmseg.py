@@ -27,10 +27,10 @@ import argparse
 from functools import partial
 
 import mmseg_whitebox  # noqa: F401  (compat first)
-from mmseg_whitebox.models.backbones.white_box_conversion import (
-    LAYOUTS, white_box_to_mmseg)
-from mmseg_whitebox.utils.cli import ToolError, run_tool
-from mmseg_whitebox.utils.state_dicts import convert_file
+from mmseg_whitebox.cli import run_tool
+from mmseg_whitebox.converters.state_dicts import convert_file
+from mmseg_whitebox.converters.white_box import LAYOUTS, white_box_to_mmseg
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def main(argv=None) -> None:

@@ -8,13 +8,13 @@ import os.path as osp
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
-                                                        CorruptionError)
+from mmseg_whitebox.datasets.corruption_library import (CorruptionError,
+                                                        SEVERITIES)
 from mmseg_whitebox.datasets.corruption_transform import ImageCorruption
 from mmseg_whitebox.utils.atomic import (read_json, write_csv, write_json,
                                          write_text)
-from mmseg_whitebox.utils.cli import dataset_configs
-from mmseg_whitebox.utils.input_checks import check_writable_folder
+from mmseg_whitebox.utils.input_checks import (check_writable_folder,
+                                               dataset_configs)
 from ..evaluation import build_test_runner
 from ..resume import setup_differences, with_config_digest
 from .report import (corruption_summary, markdown_table, plot_corruptions,

@@ -10,12 +10,14 @@ import os.path as osp
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from mmseg_whitebox.datasets.corruption_library import (
-    SEVERITIES, CorruptionError, check_severities, load_imagecorruptions,
-    resolve_corruptions)
-from mmseg_whitebox.utils.cli import (ToolError, check_checkpoint,
-                                      checkpoint_check_hook)
-from mmseg_whitebox.utils.run_checks import reported_errors
+from mmseg_whitebox.datasets.corruption_library import (CorruptionError,
+                                                        SEVERITIES,
+                                                        check_severities,
+                                                        load_imagecorruptions,
+                                                        resolve_corruptions)
+from mmseg_whitebox.engine.hooks import CheckpointCheckHook
+from mmseg_whitebox.utils.input_checks import check_checkpoint, reported_errors
+from mmseg_whitebox.utils.tool_error import ToolError
 from ..evaluation import RunnerEvaluation
 from .benchmark import (CorruptionBenchmark, CorruptionStore,
                         build_corruption_runner, find_corruption_transforms)
@@ -67,7 +69,7 @@ def run_corruption_benchmark(config: str,
                              ) -> CorruptionStore:
     """Run (or, with ``options.resume``, continue) the benchmark; returns
     the store (``store.data``, ``store.summary()``, ``store.values()``).
-    Bad settings raise :class:`~mmseg_whitebox.utils.cli.ToolError`
+    Bad settings raise :class:`~mmseg_whitebox.cli.ToolError`
     before a model is built. On Ctrl-C, what is finished is plotted before
     the ``KeyboardInterrupt`` goes on."""
     options = options or CorruptionOptions()
@@ -99,7 +101,7 @@ def run_corruption_benchmark(config: str,
                                          options.seed)
     except CorruptionError as exc:
         raise ToolError(str(exc)) from None
-    runner.register_hook(checkpoint_check_hook(options))
+    runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
     transforms = find_corruption_transforms(

@@ -1,28 +1,16 @@
-"""Checks the tools run on a config before the Runner starts, and the
-translation of errors from inside a run into one clear message.
+"""Checks the training and test tools run on a config before the Runner
+starts.
 
-Each check raises :class:`~mmseg_whitebox.utils.cli.ToolError` (printed by
+Each check raises :class:`~mmseg_whitebox.cli.ToolError` (printed by
 ``run_tool`` as ``<tool>: error: ...``, exit status 2), so a problem that
 mmengine would report minutes later, or as a bare ``NotADirectoryError``,
 ``URLError`` or ``end should be larger than begin``, is reported first.
 """
 from __future__ import annotations
 
-import contextlib
-import urllib.error
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, Optional
 
-from mmseg_whitebox.datasets.checks import DatasetCheckError
-from mmseg_whitebox.utils.checkpoint_checks import CheckpointError
-from mmseg_whitebox.utils.cli import ToolError
-from mmseg_whitebox.utils.input_checks import check_writable_folder
-
-
-def check_work_dir(work_dir: str) -> None:
-    """The work dir can be created and written to (mmengine would fail with
-    a raw ``NotADirectoryError``/``PermissionError`` later): logs and
-    checkpoints go there."""
-    check_writable_folder(work_dir, '--work-dir', f'work dir {work_dir!r}')
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def check_param_schedulers(cfg: Any) -> None:
@@ -75,66 +63,6 @@ def num_classes_problem(cfg: Any) -> Optional[str]:
                 'out_channels=1, loss_decode=dict(type=\'CrossEntropyLoss\', '
                 'use_sigmoid=True) and a threshold (e.g. threshold=0.5)')
     return None
-
-
-def pretrained_urls(cfg: Any) -> List[str]:
-    """The http(s) URLs a config downloads weights from."""
-    urls = []
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (list, tuple)):
-            for value in obj:
-                walk(value)
-        elif isinstance(obj, str) and obj.startswith(('http://',
-                                                      'https://')):
-            if obj not in urls:
-                urls.append(obj)
-
-    walk(cfg.get('model', None))
-    walk(cfg.get('load_from', None))
-    return urls
-
-
-def download_error_message(cfg: Any, exc: BaseException) -> str:
-    """What to say when fetching a config's pretrained weights failed."""
-    urls = pretrained_urls(cfg)
-    reason = getattr(exc, 'reason', exc)
-    where = ', '.join(urls) if urls else 'a URL in the config'
-    return (
-        f'could not download the pretrained weights {where} ({reason}): '
-        'is this machine offline, or behind a proxy/firewall? Download the '
-        'file elsewhere (and '
-        'convert it if needed, e.g. tools/model_converters/timm2mmseg.py for '
-        'timm ViTs), then point the config at the local copy: --cfg-options '
-        'model.pretrained=/path/to/weights.pth (or model.backbone.init_cfg.'
-        'checkpoint=... where the config sets init_cfg), or put it in '
-        "torch's cache (~/.cache/torch/hub/checkpoints/); "
-        'model.pretrained=None trains from scratch')
-
-
-def _clean(exc: BaseException) -> str:
-    """The message of an error re-raised from a DataLoader worker (torch
-    prepends the worker's traceback)."""
-    text = str(exc)
-    marker = f'{type(exc).__name__}: '
-    if 'Original Traceback' in text and marker in text:
-        text = text.rsplit(marker, 1)[1]
-    return text.strip()
-
-
-@contextlib.contextmanager
-def reported_errors(cfg: Any) -> Iterator[None]:
-    """Turn the bad-input errors raised inside a run (data checks,
-    checkpoint checks, an offline download) into :class:`ToolError`."""
-    try:
-        yield
-    except (DatasetCheckError, CheckpointError) as exc:
-        raise ToolError(_clean(exc)) from exc
-    except urllib.error.URLError as exc:
-        raise ToolError(download_error_message(cfg, exc)) from exc
 
 
 def check_tta(cfg: Any) -> None:

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ..backbones.vit_conversion import (TIMM_TO_MMSEG, Conversion, Rules,
+from .vit import (TIMM_TO_MMSEG, Conversion, Rules,
                                         StateDict, map_keys)
 
 KINDS = ('mask', 'linear', 'depict-sa', 'depict-ca', 'cbt')
@@ -176,7 +176,7 @@ def segmenter_to_mmseg(state_dict: StateDict,
                        kind: str = 'auto') -> Conversion:
     """A Segmenter-codebase state dict (Segmenter, DEPICT or CBT) on the
     keys of an mmseg ``EncoderDecoder`` with mmseg's ``VisionTransformer``
-    and the matching head (see :func:`~..backbones.vit_conversion.map_keys`
+    and the matching head (see :func:`~.vit.map_keys`
     for what is returned). Matrices the released code applies as
     ``x @ P`` are transposed into ``Linear`` weights, the linear decoder's
     classifier becomes a 1x1 convolution."""

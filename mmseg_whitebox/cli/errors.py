@@ -1,8 +1,8 @@
 """Errors a user can cause, as one line: what was wrong and what to do.
 
-:func:`~mmseg_whitebox.utils.cli.run_tool` hands every exception a tool
+:func:`~mmseg_whitebox.cli.run_tool` hands every exception a tool
 raises to :func:`user_error_message`. The project's own bad-input errors
-(:class:`~mmseg_whitebox.utils.cli.ToolError`, the checkpoint and dataset
+(:class:`~mmseg_whitebox.cli.ToolError`, the checkpoint and dataset
 checks, :class:`BadFileError`) carry their message; the errors mmengine,
 mmseg, torch, OpenCV and safetensors raise on bad input (an unknown
 registry type, a misspelt config key, a CUDA device on a CPU-only machine,
@@ -32,16 +32,6 @@ DEBUG_ENV = 'MMSEG_WHITEBOX_DEBUG'
 DEBUG_FLAG = '--debug'
 #: how many close matches a message suggests
 SUGGESTIONS = 3
-
-
-class BadFileError(ToolError, ValueError):
-    """A file that cannot be read as what it should be (truncated, empty,
-    another format); the message names the file and what to do. (A
-    ``ValueError`` too, for callers of the package that catch those.)"""
-
-
-class OverwriteError(ToolError, ValueError):
-    """A tool was asked to write over one of its own inputs."""
 
 
 # -- debug mode --------------------------------------------------------------

@@ -14,12 +14,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from mmseg_whitebox.models.backbones.vit_conversion import augreg_to_timm
+from mmseg_whitebox.apis.model_index import resources_root
+from mmseg_whitebox.converters import segmenter as sc
+from mmseg_whitebox.converters.vit import augreg_to_timm
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
-from mmseg_whitebox.models.decode_heads import segmenter_conversion as sc
 from mmseg_whitebox.utils.atomic import check_not_input, save_torch, write_text
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
-from mmseg_whitebox.utils.model_index import resources_root
 
 StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from .vit_conversion import Conversion, Rules, StateDict, map_keys
+from .vit import Conversion, Rules, StateDict, map_keys
 
 ATTN = r'transformer\.layers\.(\d+)\.0\.'
 FFN = r'transformer\.layers\.(\d+)\.1\.'
@@ -138,7 +138,7 @@ def detect_layout(state_dict: StateDict) -> str:
 def white_box_to_mmseg(state_dict: StateDict,
                        layout: str = 'auto') -> Conversion:
     """A published CBT / CRATE / ToST classification state dict on
-    ``WhiteBoxViT`` keys (see :func:`~.vit_conversion.map_keys` for what is
+    ``WhiteBoxViT`` keys (see :func:`~.vit.map_keys` for what is
     returned; ToST's layer scales folded in). ``layout``: ``'cbsa'``,
     ``'crate'``, ``'tost'`` or ``'auto'``."""
     if layout == 'auto':

@@ -1,0 +1,59 @@
+"""The config of a Runner that a tool or a library call runs: the file (or
+model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
+and the hook that makes every checkpoint load weights-only."""
+from __future__ import annotations
+
+import os.path as osp
+from typing import Optional
+
+from mmengine.config import Config
+
+from mmseg_whitebox.apis.model_index import read_config
+from mmseg_whitebox.utils.distributed import setup_distributed
+
+HOOK_TYPE = 'WeightsOnlyCheckpointHook'
+
+
+def runner_config(config: str, cfg_options: Optional[dict] = None,
+                  work_dir: Optional[str] = None,
+                  launcher: str = 'none') -> Config:
+    """Read ``config`` (a file or a model name) for a Runner.
+
+    The work dir is chosen as in mmseg: ``work_dir``, else the config's
+    ``work_dir``, else ``./work_dirs/<config name>``. With a launcher other
+    than ``none`` the distributed set-up is prepared for this machine (see
+    :func:`mmseg_whitebox.utils.distributed.setup_distributed`).
+    """
+    cfg = read_config(config, cfg_options)
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(config))[0])
+    ensure_weights_only_checkpoints(cfg)
+    # after the config is complete: gloo and CPU processes without CUDA
+    setup_distributed(cfg)
+    return cfg
+
+
+def ensure_weights_only_checkpoints(cfg: Config) -> None:
+    """Add :class:`WeightsOnlyCheckpointHook` to configs that lack it (e.g.
+    mmseg's own configs), so every checkpoint a tool writes loads
+    weights-only."""
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    if not any(h.get('type') in (HOOK_TYPE, f'mmseg.{HOOK_TYPE}')
+               for h in hooks):
+        hooks.append(dict(type=HOOK_TYPE))
+        cfg.custom_hooks = hooks
+
+
+def drop_training(cfg: Config) -> None:
+    """Remove the training settings of a config that is only tested.
+
+    mmseg's visualization hook asks the runner for its iteration, and
+    mmengine answers by building the training loop, dataset included: a
+    test would fail on a training folder it never reads."""
+    for key in ('train_dataloader', 'train_cfg', 'optim_wrapper',
+                'param_scheduler'):
+        cfg[key] = None

@@ -1,0 +1,89 @@
+"""How every script in ``tools/`` runs: its ``main(argv)`` with bad input
+reported as one line (:mod:`.errors`), Ctrl-C in a tool that saves as it
+goes, and the end of a distributed run's process group."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import os.path as osp
+import sys
+from typing import Any, Callable, Iterator, NoReturn, Optional
+
+from mmseg_whitebox.utils.tool_error import BAD_INPUT
+from .errors import report, take_debug_flag
+
+#: exit status of a tool stopped with Ctrl-C (128 + SIGINT, as shells say)
+INTERRUPTED = 130
+
+
+def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
+    """Run a tool's ``main(argv)``; a :class:`ToolError`, or another error a
+    user can cause (:mod:`mmseg_whitebox.cli.errors`), becomes one clear
+    message on stderr and exit status 2 (with the traceback too under
+    ``--debug``). Every script in ``tools/`` ends with ``run_tool(main)``.
+
+    A process group the tool started (``--launcher pytorch``) is destroyed
+    before the process exits. A worker of a distributed run then leaves
+    through :func:`exit_distributed_worker`, without the interpreter's
+    final teardown: gloo's worker threads can still be releasing tensors
+    at that point, and one that waits for the GIL while the interpreter
+    finalises aborts the whole rank (SIGABRT, "terminate called without
+    an active exception"; pytorch/pytorch#190489)."""
+    argv = take_debug_flag(argv)
+    try:
+        result, status = main(argv), 0
+    except Exception as exc:  # bad input: one line; a bug: re-raised
+        prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
+        if not report(prog, exc):
+            raise
+        result, status = None, BAD_INPUT
+    finally:
+        # also when another exception propagates (its traceback follows)
+        world_size = end_process_group()
+    if world_size > 1:
+        exit_distributed_worker(status)
+    if status:
+        sys.exit(status)
+    return result
+
+
+@contextlib.contextmanager
+def resumable(out_dir: str, what: str,
+              on_interrupt: Callable[[], Any] = lambda: None
+              ) -> Iterator[None]:
+    """Ctrl-C in the block of a tool that saves as it goes: call
+    ``on_interrupt`` (e.g. plot what is finished), say where the finished
+    ``what`` are and how to continue, and exit with :data:`INTERRUPTED`
+    instead of a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        on_interrupt()
+        print(f'\ninterrupted: finished {what} are saved in {out_dir}; '
+              'rerun with --resume to continue', file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
+
+
+def end_process_group() -> int:
+    """Destroy the default process group, if one was initialised; its
+    world size (0 if there was none)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0
+    world_size = dist.get_world_size()
+    dist.destroy_process_group()
+    return world_size
+
+
+def exit_distributed_worker(status: int) -> NoReturn:
+    """End a distributed worker with ``status`` as a normal exit would --
+    exit handlers run (logging's included), stdout and stderr flushed --
+    but without the interpreter's finalisation (see :func:`run_tool`)."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass  # closed or replaced streams: nothing left to flush
+    os._exit(status)

@@ -6,7 +6,7 @@ same random encoder feature map, ``(1, width, H/16, W/16)``, as it sees it
 inside an ``EncoderDecoder`` (the final upsampling, equal for all heads, is
 left out). Per image size and head: parameters and FLOPs, forward and
 forward+backward latency (heads timed in interleaved rounds, see
-:func:`~.benchmark.time_interleaved`), peak memory, and every figure as a
+:func:`~.timing.time_interleaved`), peak memory, and every figure as a
 ratio to mmseg's Segmenter mask head.
 
 Two entries compute the same function with the same parameters: ``cbsa``
@@ -26,10 +26,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import (BenchmarkOptions, autocast, describe_row,
-                        find_config, over_limit, peak_memory,
-                        results_table, time_rows)
+from .benchmark import BenchmarkOptions, find_config, time_rows
 from .complexity import decode_head_complexity
+from .memory import over_limit, peak_memory
+from .report import describe_row, results_table
+from .timing import autocast
 
 # head name -> config (relative to configs/, {enc} = t|s|b|l)
 HEAD_CONFIGS = {

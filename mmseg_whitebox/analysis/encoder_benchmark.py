@@ -17,10 +17,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import (BenchmarkOptions, autocast, build_models,
-                        describe_row, find_config, over_limit, peak_memory,
-                        ratios_to_reference, results_table, time_rows)
+from .benchmark import BenchmarkOptions, build_models, find_config, time_rows
 from .complexity import flop_analyzer
+from .memory import over_limit, peak_memory
+from .report import describe_row, ratios_to_reference, results_table
+from .timing import autocast
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
 ENCODER_CONFIGS = {

@@ -29,10 +29,11 @@ import torch
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
-from .benchmark import (BenchmarkOptions, autocast, machine, measure_sizes,
-                        prepare_run, results_table)
+from .benchmark import BenchmarkOptions, machine, measure_sizes, prepare_run
+from .report import results_table
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
+from .timing import autocast
 
 #: the precisions of every benchmark: None (float32) and autocast bf16
 PRECISIONS: Tuple[Optional[str], ...] = (None, 'bf16')

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .benchmark import peak_memory
+from .memory import peak_memory
 
 BOUNDED_TYPE = 'BoundedMemoryEncoderDecoder'
 GIB = 1024 ** 3
@@ -81,7 +81,7 @@ def _status_bytes(key: str) -> Optional[int]:
 def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Run one inference as ``spec`` says, in this process; returns the
     process's peak RSS (``VmHWM``) and the rise of it during inference
-    (:func:`~mmseg_whitebox.analysis.benchmark.peak_memory`)."""
+    (:func:`~mmseg_whitebox.analysis.memory.peak_memory`)."""
     import torch
     from mmseg.apis import inference_model
     if spec.get('threads'):

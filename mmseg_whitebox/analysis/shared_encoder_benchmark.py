@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .benchmark import build_models, prepare_run, synchronize
+from .benchmark import build_models, prepare_run
+from .timing import synchronize
 
 
 @dataclass

@@ -23,9 +23,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import (BenchmarkOptions, autocast, build_models,
-                        find_config, over_limit, peak_memory,
-                        ratios_to_reference, results_table, time_rows)
+from .benchmark import BenchmarkOptions, build_models, find_config, time_rows
+from .memory import over_limit, peak_memory
+from .report import ratios_to_reference, results_table
+from .timing import autocast
 
 # model name -> config (relative to configs/, {size} = t|s|b)
 TRAIN_CONFIGS = {

@@ -32,6 +32,7 @@ from typing import Dict, List
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import decoder_benchmark as bench
+from mmseg_whitebox.analysis.report import slopes, write_report
 from mmseg_whitebox.utils.cli import (ToolError, run_tool, tool_parser)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
@@ -101,11 +102,11 @@ def main(argv=None) -> Dict:
     rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         heads, info, size, options, device, history, memory_limit))
     bench.add_ratios(rows)
-    fits = common.slopes(rows)
+    fits = slopes(rows)
     report = dict(machine=facts, encoder=args.encoder, amp=args.amp,
                   heads=info, results=rows, slopes=fits)
-    common.write_report(args.out, report, bench.markdown_table(rows),
-                       f'decoders on ViT-{args.encoder} features')
+    write_report(args.out, report, bench.markdown_table(rows),
+                 f'decoders on ViT-{args.encoder} features')
     print_summary(rows, fits)
     return report
 

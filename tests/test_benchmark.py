@@ -273,8 +273,10 @@ def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
 
 
 def test_config_lookup_names_what_is_missing_and_what_to_do():
-    from mmseg_whitebox.analysis.decoder_benchmark import head_config
-    from mmseg_whitebox.analysis.encoder_benchmark import encoder_config
+    from mmseg_whitebox.analysis.decoder_benchmark import BENCHMARK as heads
+    from mmseg_whitebox.analysis.encoder_benchmark import \
+        BENCHMARK as encoders
+    head_config, encoder_config = heads.config, encoders.config
     root = osp.join(REPO, 'configs')
     assert head_config('cbsa', 's', root).endswith(
         'cbsa_vit-s_8xb1-160k_ade20k-512x512.py')

@@ -1,7 +1,16 @@
-"""What the benchmarks share: the measurement options of the benchmark
-tools, their set-up, timing rows of results, config lookup and model
-building. Timing is :mod:`.timing`, memory :mod:`.memory`, tables, ratios,
-slopes and plots :mod:`.report`.
+"""The protocol the decoder, encoder, training-step and shared-encoder
+benchmarks share, and their common options.
+
+A benchmark declares what differs (a :class:`Benchmark`: its configs, its
+table's columns, its baseline rows, the calls it times) and a function
+that measures one model at one size; the rest is shared: models built
+from configs with random weights (:func:`build_models`), sizes measured
+smallest first (:func:`measure_sizes`), at each size every model measured
+(memory, :mod:`.memory`; a size predicted not to fit skipped) and then
+timed in interleaved rounds (:mod:`.timing`), ratios to the baseline and
+a markdown table (:mod:`.report`). :class:`BenchmarkOptions`,
+:func:`add_measurement_args` and :func:`prepare_run` are the benchmark
+tools' common options and set-up.
 """
 from __future__ import annotations
 
@@ -11,13 +20,14 @@ import glob
 import os
 import os.path as osp
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from .memory import available_memory, proc_field
+from .report import Baseline, Column, add_ratios, describe_row, results_table
 from .timing import time_interleaved
 
 
@@ -33,35 +43,82 @@ class BenchmarkOptions:
     seed: int = 0
 
 
-def find_config(config_root: str, pattern: str, what: str,
-                remedy: str) -> str:
-    """The first config (sorted) under ``config_root`` that matches the
-    glob ``pattern``; ``FileNotFoundError`` naming ``what`` is missing and
-    the ``remedy`` if none does."""
-    found = sorted(glob.glob(osp.join(config_root, pattern)))
-    if not found:
-        raise FileNotFoundError(f'no config for {what} ({pattern} under '
-                                f'{config_root}); {remedy}')
-    return found[0]
+@dataclass(frozen=True)
+class Benchmark:
+    """What one benchmark declares; :meth:`measure_size`,
+    :meth:`add_ratios` and :meth:`markdown_table` are the same for all.
 
+    ``configs``: model name -> config glob under ``configs/`` with a
+    ``{size}`` field, ``what`` names one (``{name}``, ``{size}``) and
+    ``remedy`` says what to do when none matches; ``kinds``: the calls
+    timed (``row['<kind>_ms']``); ``describe``: a row's progress line;
+    ``notes``: the note column's text of a row."""
+    columns: Sequence[Column]
+    baselines: Sequence[Baseline] = ()
+    kinds: Sequence[str] = ()
+    configs: Dict[str, str] = field(default_factory=dict)
+    what: str = ''
+    remedy: str = ''
+    describe: Callable[[Dict], str] = describe_row
+    notes: Callable[[Dict], List[str]] = lambda row: []
 
-def time_rows(rows: List[Dict], runnable: Dict[str, Dict[str, Callable]],
-              kinds: Sequence[str], options: BenchmarkOptions,
-              device: torch.device) -> None:
-    """Time every kind of call (``runnable[head][kind]``) of all heads in
-    interleaved rounds, kind after kind, into ``row['<kind>_ms']`` (the
-    median) and ``row['<kind>_calls']``."""
-    for kind in kinds:
-        fns = {name: f[kind] for name, f in runnable.items() if kind in f}
-        if not fns:
-            continue
-        times = time_interleaved(fns, device, options.repeats,
-                                 options.warmup, options.max_seconds)
+    def config(self, name: str, size: str, config_root: str) -> str:
+        """The first config (sorted) of model ``name`` at ``size`` under
+        ``config_root``; ``FileNotFoundError`` naming what is missing and
+        the remedy if there is none."""
+        pattern = self.configs[name].format(size=size)
+        found = sorted(glob.glob(osp.join(config_root, pattern)))
+        if not found:
+            raise FileNotFoundError(
+                f'no config for {self.what.format(name=name, size=size)} '
+                f'({pattern} under {config_root}); {self.remedy}')
+        return found[0]
+
+    def measure_size(self, models: Dict[str, Any],
+                     measure: Callable[[str, Any, List[Dict]], Tuple],
+                     history: Dict[str, List[Dict]],
+                     options: BenchmarkOptions,
+                     device: torch.device) -> List[Dict]:
+        """Every model's row at one size: ``measure(name, model, its rows
+        of the smaller sizes)`` gives ``(row, {kind: call})`` (the calls
+        None when the size was skipped: the row then stays out of
+        ``history``), then the calls of all models are timed in
+        interleaved rounds, kind after kind, into ``row['<kind>_ms']``
+        (the median) and ``row['<kind>_calls']``."""
+        rows, runnable = [], {}
+        for name, model in models.items():
+            past = history.setdefault(name, [])
+            row, calls = measure(name, model, past)
+            rows.append(row)
+            if calls is not None:
+                runnable[name] = calls
+                past.append(row)
+        for kind in self.kinds:
+            fns = {n: f[kind] for n, f in runnable.items() if kind in f}
+            times = time_interleaved(fns, device, options.repeats,
+                                     options.warmup, options.max_seconds)
+            for row in rows:
+                if row['head'] in times:
+                    t = times[row['head']]
+                    row[f'{kind}_ms'] = 1e3 * median(t)
+                    row[f'{kind}_calls'] = len(t)
         for row in rows:
-            if row['head'] in times:
-                t = times[row['head']]
-                row[f'{kind}_ms'] = 1e3 * median(t)
-                row[f'{kind}_calls'] = len(t)
+            print('  ' + self.describe(row), flush=True)
+        return rows
+
+    def add_ratios(self, rows: List[Dict]) -> None:
+        """Every baseline's ratios, per size (:func:`.report.add_ratios`)."""
+        for baseline in self.baselines:
+            add_ratios(rows, baseline)
+
+    def markdown_table(self, rows: List[Dict]) -> str:
+        return results_table(rows, self.columns, self.notes)
+
+
+def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
+    """The row of model ``name`` at image ``size``, status ``'ok'``."""
+    return dict(head=name, size=f'{size[0]}x{size[1]}', **facts,
+                status='ok')
 
 
 def measure_sizes(sizes: Sequence[Tuple[int, int]],

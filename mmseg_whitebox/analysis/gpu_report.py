@@ -29,7 +29,8 @@ import torch
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
-from .benchmark import BenchmarkOptions, machine, measure_sizes, prepare_run
+from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
+                        prepare_run)
 from .report import results_table
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
@@ -134,8 +135,7 @@ def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
 
 
 def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
-                        measure: Callable, add_ratios: Callable
-                        ) -> List[Dict]:
+                        measure: Callable, bench: Benchmark) -> List[Dict]:
     """``measure(size, options, history)`` at every size, in fp32 and then
     bf16 (each with its own ratios), the rows marked with their
     precision."""
@@ -145,7 +145,7 @@ def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
         history: Dict = {}
         done = measure_sizes(sizes,
                              lambda size: measure(size, options, history))
-        add_ratios(done)
+        bench.add_ratios(done)
         rows += _with_precision(done, amp)
     return rows
 
@@ -159,7 +159,7 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
         plan.decoder_sizes, plan.decoder_timing,
         lambda size, options, history: decoder_benchmark.measure_size(
             heads, info, size, options, device, history, limit),
-        decoder_benchmark.add_ratios)
+        decoder_benchmark.BENCHMARK)
 
 
 def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
@@ -170,7 +170,7 @@ def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
         plan.encoder_sizes, plan.encoder_timing,
         lambda size, options, history: encoder_benchmark.measure_size(
             models, size, options, device, history, limit, False),
-        encoder_benchmark.add_ratios)
+        encoder_benchmark.BENCHMARK)
 
 
 def _train_step(plan: ReportPlan, device: torch.device,
@@ -183,7 +183,7 @@ def _train_step(plan: ReportPlan, device: torch.device,
         lambda size, options, history: train_step_benchmark.measure_size(
             models, size, plan.train_batch, options, device, history,
             limit),
-        train_step_benchmark.add_ratios)
+        train_step_benchmark.BENCHMARK)
 
 
 def _shared_sweep(plan: ReportPlan, device: torch.device,
@@ -227,11 +227,11 @@ SWEEP_COLUMNS = [
 #: benchmark -> (title, runner, table columns), in the order they run
 BENCHMARKS: Dict[str, Tuple[str, Callable, Sequence]] = {
     'decoders': ('Decode heads on ViT features', _decoders,
-                 _columns(decoder_benchmark.COLUMNS)),
+                 _columns(decoder_benchmark.BENCHMARK.columns)),
     'encoders': ('Encoders under the CBSA head', _encoders,
-                 _columns(encoder_benchmark.COLUMNS)),
+                 _columns(encoder_benchmark.BENCHMARK.columns)),
     'train_step': ('One training step', _train_step,
-                   _columns(train_step_benchmark.COLUMNS)),
+                   _columns(train_step_benchmark.BENCHMARK.columns)),
     'shared_sweep': ('Shared-encoder noise sweep', _shared_sweep,
                      SWEEP_COLUMNS),
 }

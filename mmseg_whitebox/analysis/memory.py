@@ -8,8 +8,8 @@
   (``VmHWM``, reset through ``/proc/self/clear_refs`` on Linux) after
   returning freed heap to the system, which counts every page the call
   touched, torch's allocations and the allocator's own overhead alike;
-* :func:`over_limit` -- the memory a size is predicted to need from the
-  smaller sizes measured, so that a run that would not fit is skipped.
+* :func:`skipped` -- whether a size is predicted, from the smaller sizes
+  measured, to need more memory than there is (then it is skipped).
 """
 from __future__ import annotations
 
@@ -123,12 +123,14 @@ def extrapolate_loglog(xs: Sequence[float], ys: Sequence[float],
     return y1 * (x / x1)**max(slope, 1.0)
 
 
-def over_limit(past: List[Dict], key: str, tokens: int,
-               limit: Optional[float]) -> Optional[float]:
-    """The memory ``key`` predicted at ``tokens`` from the smaller runs in
-    ``past`` when it exceeds ``limit`` bytes, else None."""
+def skipped(row: Dict, key: str, past: List[Dict], limit: Optional[int],
+            note: str) -> bool:
+    """Whether the memory ``key`` of ``row`` predicted from the smaller
+    sizes in ``past`` (against tokens) exceeds ``limit`` bytes; if so,
+    ``row['status']`` is ``note`` and the GiB predicted."""
     predicted = extrapolate_loglog([r['tokens'] for r in past],
-                                   [r.get(key) for r in past], tokens)
+                                   [r.get(key) for r in past], row['tokens'])
     if limit and predicted and predicted > limit:
-        return predicted
-    return None
+        row['status'] = f'{note} {predicted / 2**30:.1f} GiB'
+        return True
+    return False

@@ -2,18 +2,19 @@
 markdown table, the plot and the files written.
 
 A benchmark's results are rows, one per model (``row['head']``) and size
-(``row['size']``), with its figures under their keys;
-:func:`ratios_to_reference` adds ``<key>_vs_<suffix>`` against a reference
-row of the same size, :func:`slopes` the exponent ``s`` of ``cost ~
-tokens^s`` (least squares on log-log axes: 1 linear, 2 quadratic),
-:func:`results_table` the markdown table and :func:`write_report`
-``benchmark.json``, ``.md`` and ``.png``.
+(``row['size']``), with its figures under their keys; :func:`add_ratios`
+adds ``<key>_vs_<suffix>`` against a baseline row of the same size,
+:func:`slopes` the exponent ``s`` of ``cost ~ tokens^s`` (least squares
+on log-log axes: 1 linear, 2 quadratic), :func:`results_table` the
+markdown table and :func:`write_report` ``benchmark.json``, ``.md`` and
+``.png``.
 """
 from __future__ import annotations
 
 import math
 import os.path as osp
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 from mmseg_whitebox.utils.atomic import save_figure, write_json, write_text
 
@@ -21,25 +22,36 @@ from mmseg_whitebox.utils.atomic import save_figure, write_json, write_text
 Column = Tuple[str, str, str]
 
 
-def ratios_to_reference(rows: List[Dict], reference: str,
-                        keys: Sequence[str], suffix: str) -> None:
-    """``<key>_vs_<suffix>``: every figure in ``keys`` as a ratio to the
-    ``reference`` row (``row['head']``) of the same size."""
+class Baseline(NamedTuple):
+    """The ratios :func:`add_ratios` adds: ``keys`` of each row (of the
+    row of head ``only``, if given) against the row of head ``head`` of
+    the same size, as ``<key>_vs_<suffix>``."""
+    head: str
+    keys: Sequence[str]
+    suffix: str
+    only: Optional[str] = None
+
+
+def add_ratios(rows: List[Dict], baseline: Baseline) -> None:
+    """Add the ratios of ``baseline`` to ``rows`` (per size; a figure
+    missing or zero in either row gives no ratio)."""
     by_size: Dict[str, Dict[str, Dict]] = {}
     for row in rows:
         by_size.setdefault(row['size'], {})[row['head']] = row
     for group in by_size.values():
-        ref = group.get(reference)
+        ref = group.get(baseline.head)
         for row in group.values():
-            for key in keys:
+            if baseline.only not in (None, row['head']):
+                continue
+            for key in baseline.keys:
                 if ref and row.get(key) and ref.get(key):
-                    row[f'{key}_vs_{suffix}'] = row[key] / ref[key]
+                    row[f'{key}_vs_{baseline.suffix}'] = row[key] / ref[key]
 
 
 def ratio_lines(rows: List[Dict], reference: str, time_key: str,
                 memory_key: str) -> List[str]:
     """One line per row other than the reference: its ``time_key`` and
-    ``memory_key`` ratios (as :func:`ratios_to_reference` names them)."""
+    ``memory_key`` ratios (as :func:`add_ratios` names them)."""
     lines = []
     for r in rows:
         if r['head'] != reference and time_key in r:
@@ -84,12 +96,14 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
     return '-' if value is None else format(value * scale, spec)
 
 
-def describe_row(row: Dict) -> str:
-    mem = row.get('mem_fwd')
+def describe_row(row: Dict, fwd: str = 'fwd_ms', train: str = 'train_ms',
+                 mem: str = 'mem_fwd') -> str:
+    """One progress line of a row: its ``fwd`` and ``train`` latency and
+    ``mem`` peak memory."""
     return (f'{row["head"]:<22} {row["size"]:>9} {row["tokens"]:>6} tokens  '
-            f'fwd {_fmt(row.get("fwd_ms"), ".1f")} ms  '
-            f'fwd+bwd {_fmt(row.get("train_ms"), ".1f")} ms  '
-            f'mem {_fmt(mem, ".1f", 2**-20)} MiB  {row["status"]}')
+            f'fwd {_fmt(row.get(fwd), ".1f")} ms  '
+            f'fwd+bwd {_fmt(row.get(train), ".1f")} ms  '
+            f'mem {_fmt(row.get(mem), ".1f", 2**-20)} MiB  {row["status"]}')
 
 
 def cell(row: Dict, key: str, kind: str) -> str:

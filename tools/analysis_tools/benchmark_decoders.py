@@ -101,11 +101,11 @@ def main(argv=None) -> Dict:
     history: Dict[str, List[Dict]] = {}
     rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         heads, info, size, options, device, history, memory_limit))
-    bench.add_ratios(rows)
+    bench.BENCHMARK.add_ratios(rows)
     fits = slopes(rows)
     report = dict(machine=facts, encoder=args.encoder, amp=args.amp,
                   heads=info, results=rows, slopes=fits)
-    write_report(args.out, report, bench.markdown_table(rows),
+    write_report(args.out, report, bench.BENCHMARK.markdown_table(rows),
                  f'decoders on ViT-{args.encoder} features')
     print_summary(rows, fits)
     return report

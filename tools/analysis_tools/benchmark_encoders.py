@@ -94,12 +94,12 @@ def main(argv=None) -> Dict:
     rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         models, size, options, device, history, memory_limit,
         size in args.flops_sizes))
-    bench.add_ratios(rows)
+    bench.BENCHMARK.add_ratios(rows)
     fits = slopes(rows, SLOPE_KEYS)
     report = dict(machine=facts, size=args.size, amp=args.amp,
                   results=rows, slopes=fits)
     write_report(
-        args.out, report, bench.markdown_table(rows),
+        args.out, report, bench.BENCHMARK.markdown_table(rows),
         f'encoders ({args.size.upper()})',
         latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
         memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))

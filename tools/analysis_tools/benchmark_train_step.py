@@ -116,10 +116,10 @@ def main(argv=None) -> Dict:
         return rows
 
     rows = common.measure_sizes(args.sizes, measure)
-    bench.add_ratios(rows)
+    bench.BENCHMARK.add_ratios(rows)
     fits = slopes(rows, ('step_ms', 'mem_step'))
     report = dict(setup, results=rows, slopes=fits)
-    write_report(args.out, report, bench.markdown_table(rows),
+    write_report(args.out, report, bench.BENCHMARK.markdown_table(rows),
                  f'training step ({args.size.upper()}, batch {args.batch})',
                  latency=('step_ms', ), memory=('mem_step', ))
     print_summary(rows)

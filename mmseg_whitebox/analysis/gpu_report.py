@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import os.path as osp
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -31,7 +31,7 @@ from mmseg_whitebox.utils.atomic import write_json, write_text
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
 from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
                         prepare_run)
-from .report import results_table
+from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
 from .timing import autocast
@@ -207,33 +207,23 @@ def _shared_sweep(plan: ReportPlan, device: torch.device,
     return rows
 
 
-PRECISION_COLUMN = ('precision', 'precision', '{}')
-
-
-def _columns(columns: Sequence) -> List:
-    """A benchmark's table columns, precision first, FLOPs left out (not
+def _table(bench: Benchmark) -> Benchmark:
+    """A benchmark's table here: precision first, FLOPs left out (not
     counted here)."""
-    return [PRECISION_COLUMN] + [c for c in columns if 'flops' not in c[0]]
+    return replace(bench, columns=[('precision', 'precision', '{}')] + [
+        c for c in bench.columns if 'flops' not in c[0]])
 
 
-SWEEP_COLUMNS = [
-    PRECISION_COLUMN, ('config', 'config', '{}'), ('images', 'images', '{}'),
-    ('size', 'image', '{}'), ('settings', 'settings', '{}'),
-    ('sequential_s', 'one at a time s', '.2f'),
-    ('shared_s', 'shared encoder s', '.2f'), ('ratio', 'ratio', 'r'),
-    ('encoder_share', 'encoder share of one evaluation', '.2f'),
-    ('identical', 'identical metrics', '{}'),
-]
-#: benchmark -> (title, runner, table columns), in the order they run
-BENCHMARKS: Dict[str, Tuple[str, Callable, Sequence]] = {
+#: benchmark -> (title, runner, its table), in the order they run
+BENCHMARKS: Dict[str, Tuple[str, Callable, Benchmark]] = {
     'decoders': ('Decode heads on ViT features', _decoders,
-                 _columns(decoder_benchmark.BENCHMARK.columns)),
+                 _table(decoder_benchmark.BENCHMARK)),
     'encoders': ('Encoders under the CBSA head', _encoders,
-                 _columns(encoder_benchmark.BENCHMARK.columns)),
+                 _table(encoder_benchmark.BENCHMARK)),
     'train_step': ('One training step', _train_step,
-                   _columns(train_step_benchmark.BENCHMARK.columns)),
+                   _table(train_step_benchmark.BENCHMARK)),
     'shared_sweep': ('Shared-encoder noise sweep', _shared_sweep,
-                     SWEEP_COLUMNS),
+                     _table(SHARED_SWEEP)),
 }
 
 
@@ -245,7 +235,7 @@ def report_markdown(facts: Dict, plan: ReportPlan,
     lines = [f'# GPU report: {device}', '',
              f'{device}, torch {facts["torch"]}, {facts["date"]}; '
              f'{plan.sizes_note}; float32 and bfloat16 autocast.', '']
-    for name, (title, _, columns) in BENCHMARKS.items():
+    for name, (title, _, table) in BENCHMARKS.items():
         done = results.get(name)
         if done is None:
             continue
@@ -253,9 +243,7 @@ def report_markdown(facts: Dict, plan: ReportPlan,
         if 'error' in done:
             lines += [f'Not measured: {done["error"]}', '']
             continue
-        notes = decoder_benchmark.straightforward_note if name == 'decoders' else (
-            lambda row: [])
-        lines += [results_table(done['results'], columns, notes), '']
+        lines += [table.markdown_table(done['results']), '']
     return '\n'.join(lines)
 
 

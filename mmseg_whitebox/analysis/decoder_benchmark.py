@@ -19,7 +19,7 @@ with the largest output difference.
 from __future__ import annotations
 
 import os.path as osp
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -30,7 +30,7 @@ from .benchmark import Benchmark, BenchmarkOptions, new_row
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
 from .report import Baseline
-from .timing import autocast
+from .timing import backward_call, inference_call
 
 # head name -> config (relative to configs/, {size} = t|s|b|l: the ViT)
 HEAD_CONFIGS = {
@@ -108,40 +108,6 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
 
 
 # ------------------------------------------------------------ measuring
-def forward_fn(head: nn.Module, feature: torch.Tensor, device: torch.device,
-               amp: Optional[str]) -> Callable[[], torch.Tensor]:
-
-    def run():
-        with torch.no_grad(), autocast(device, amp):
-            return head([feature])
-
-    return run
-
-
-def train_step_fn(head: nn.Module, feature: torch.Tensor,
-                  device: torch.device,
-                  amp: Optional[str]) -> Callable[[], None]:
-    """Forward in training mode and backward of the summed output, with
-    gradients to the parameters and to the features (the encoder is
-    fine-tuned)."""
-    params = [p for p in head.parameters() if p.requires_grad]
-    feature = feature.detach().requires_grad_(True)
-
-    def run():
-        head.train()
-        try:
-            with autocast(device, amp):
-                out = head([feature])
-            out.float().sum().backward()
-        finally:
-            head.eval()
-            feature.grad = None
-            for p in params:
-                p.grad = None
-
-    return run
-
-
 def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  size: Tuple[int, int], options: BenchmarkOptions,
                  device: torch.device, history: Dict[str, List[Dict]],
@@ -159,7 +125,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                               generator=gen).to(device)
         row = rows[name] = new_row(name, size, grid=list(grid),
                                    tokens=grid[0] * grid[1])
-        fwd = forward_fn(head, feature, device, options.amp)
+        fwd = inference_call(head, [feature], device, options.amp)
         if skipped(row, 'mem_fwd', past, memory_limit,
                    'skipped: forward predicted to need'):
             print(f'  {name:<22} {row["status"]}', flush=True)
@@ -175,7 +141,10 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
             row['params'] = sum(p.numel() for p in head.parameters())
         calls = dict(fwd=fwd)
         if options.backward:
-            step = train_step_fn(head, feature, device, options.amp)
+            # gradients to the parameters and to the features (the encoder
+            # is fine-tuned)
+            step = backward_call(head, [feature.detach().requires_grad_()],
+                                 device, options.amp)
             if not skipped(row, 'mem_train', past, memory_limit,
                            'backward skipped: predicted to need'):
                 row['mem_train'], _ = peak_memory(step, device)

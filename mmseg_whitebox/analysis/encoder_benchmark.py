@@ -13,7 +13,7 @@ of the same size, measured and reported as the other benchmarks
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,7 +22,7 @@ from .benchmark import Benchmark, BenchmarkOptions, build_models, new_row
 from .complexity import flop_analyzer
 from .memory import peak_memory, skipped
 from .report import Baseline, describe_row
-from .timing import autocast
+from .timing import backward_call, inference_call
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
 ENCODER_CONFIGS = {
@@ -61,28 +61,6 @@ def complexity(module: nn.Module, image: torch.Tensor) -> Tuple[int, int]:
     return int(flops), sum(p.numel() for p in module.parameters())
 
 
-def encoder_train_fn(model: nn.Module, image: torch.Tensor,
-                     device: torch.device,
-                     amp: Optional[str]) -> Callable[[], None]:
-    """Forward of the encoder in training mode and backward of its summed
-    output."""
-    backbone = model.backbone
-    params = [p for p in backbone.parameters() if p.requires_grad]
-
-    def run():
-        backbone.train()
-        try:
-            with autocast(device, amp):
-                out = backbone(image)
-            sum(o.float().sum() for o in out).backward()
-        finally:
-            backbone.eval()
-            for p in params:
-                p.grad = None
-
-    return run
-
-
 def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
                  options: BenchmarkOptions, device: torch.device,
                  history: Dict[str, List[Dict]],
@@ -91,20 +69,15 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
     gen = torch.Generator().manual_seed(options.seed)
     image = torch.randn(1, 3, *size, generator=gen).to(device)
 
-    def forward(module: nn.Module) -> Callable[[], object]:
-        def run():
-            with torch.no_grad(), autocast(device, options.amp):
-                return module(image)
-        return run
-
     def measure(name: str, model: nn.Module, past: List[Dict]):
         row = new_row(name, size, tokens=(-(-size[0] // 16)) *
                       (-(-size[1] // 16)))
-        calls = dict(enc_fwd=forward(model.backbone),
-                     seg_fwd=forward(TensorMode(model)))
+        calls = {kind: inference_call(module, image, device, options.amp)
+                 for kind, module in (('enc_fwd', model.backbone),
+                                      ('seg_fwd', TensorMode(model)))}
         if options.backward:
-            calls['enc_train'] = encoder_train_fn(model, image, device,
-                                                  options.amp)
+            calls['enc_train'] = backward_call(model.backbone, image, device,
+                                               options.amp)
         for kind, fn in list(calls.items()):
             mem_key = kind.replace('_fwd', '_mem_fwd').replace(
                 '_train', '_mem_train')

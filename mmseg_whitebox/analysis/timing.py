@@ -1,4 +1,4 @@
-"""Wall time of the benchmarks' calls.
+"""The benchmarks' calls and their wall time.
 
 :func:`time_interleaved` times repeated calls of several functions in
 interleaved rounds after warm-up, with CUDA synchronisation, each timed
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -31,6 +31,40 @@ def autocast(device: torch.device, amp: Optional[str]):
         return nullcontext()
     dtype = torch.bfloat16 if amp == 'bf16' else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def inference_call(module: torch.nn.Module, x: Any, device: torch.device,
+                   amp: Optional[str]) -> Callable[[], Any]:
+    """One call of ``module(x)`` without gradients, under ``amp``."""
+
+    def run():
+        with torch.no_grad(), autocast(device, amp):
+            return module(x)
+
+    return run
+
+
+def backward_call(module: torch.nn.Module, x: Any, device: torch.device,
+                  amp: Optional[str]) -> Callable[[], None]:
+    """Forward of ``module(x)`` in training mode and backward of its
+    summed output (or outputs), with the gradients of the parameters and
+    of the tensors in ``x`` that require one cleared after."""
+    leaves = [t for t in list(module.parameters()) + list(
+        x if isinstance(x, list) else [x]) if t.requires_grad]
+
+    def run():
+        module.train()
+        try:
+            with autocast(device, amp):
+                out = module(x)
+            outs = [out] if isinstance(out, torch.Tensor) else out
+            sum(o.float().sum() for o in outs).backward()
+        finally:
+            module.eval()
+            for t in leaves:
+                t.grad = None
+
+    return run
 
 
 def time_interleaved(fns: Dict[str, Callable[[], object]],

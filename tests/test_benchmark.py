@@ -138,6 +138,17 @@ def test_loglog_slope_and_extrapolation():
     assert extrapolate_loglog([100], [10], 400) is None
 
 
+def test_moved_names_still_work_with_a_deprecation_warning():
+    from mmseg_whitebox.analysis import benchmark, decoder_benchmark, report
+    with pytest.warns(DeprecationWarning, match=r'analysis\.report\.slopes'):
+        assert benchmark.slopes is report.slopes
+    with pytest.warns(DeprecationWarning, match='BENCHMARK.add_ratios'):
+        assert decoder_benchmark.add_ratios == \
+            decoder_benchmark.BENCHMARK.add_ratios
+    with pytest.raises(AttributeError, match='no_such_name'):
+        benchmark.no_such_name
+
+
 class FakeClock:
     """Seconds that pass only when a timed function says so."""
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import importlib
 import os
 import os.path as osp
 import platform
+import warnings
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -29,6 +31,36 @@ import torch
 from .memory import available_memory, proc_field
 from .report import Baseline, Column, add_ratios, describe_row, results_table
 from .timing import time_interleaved
+
+
+def moved_names(module: str, moved: Dict[str, str]) -> Callable[[str], Any]:
+    """The module-level ``__getattr__`` of ``module`` serving the names
+    that moved out of it (``moved``: old name -> new place, ``module.attr``
+    in this package), for one release, with a ``DeprecationWarning``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in moved:
+            raise AttributeError(f'module {module!r} has no attribute '
+                                 f'{name!r}')
+        where = f'{__package__}.{moved[name]}'
+        warnings.warn(f'{module}.{name} is deprecated and will be removed: '
+                      f'use {where}', DeprecationWarning, stacklevel=2)
+        first, *attrs = moved[name].split('.')
+        found = importlib.import_module(f'{__package__}.{first}')
+        for attr in attrs:
+            found = getattr(found, attr)
+        return found
+
+    return __getattr__
+
+
+#: names that moved to .memory and .report (for one release)
+__getattr__ = moved_names(__name__, dict(
+    peak_memory='memory.peak_memory',
+    cpu_peak_supported='memory.cpu_peak_supported',
+    extrapolate_loglog='memory.extrapolate_loglog',
+    loglog_slope='report.loglog_slope', slopes='report.slopes',
+    ratio_lines='report.ratio_lines', write_report='report.write_report'))
 
 
 @dataclass

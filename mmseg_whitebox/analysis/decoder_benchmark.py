@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import Benchmark, BenchmarkOptions, new_row
+from .benchmark import Benchmark, BenchmarkOptions, moved_names, new_row
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
 from .report import Baseline
@@ -192,3 +192,9 @@ BENCHMARK = Benchmark(
     what='head {name!r} with ViT-{size}',
     remedy='choose another encoder or leave this head out',
     notes=straightforward_note)
+
+#: names that moved to the Benchmark (for one release)
+__getattr__ = moved_names(__name__, dict(
+    add_ratios='decoder_benchmark.BENCHMARK.add_ratios',
+    markdown_table='decoder_benchmark.BENCHMARK.markdown_table',
+    head_config='decoder_benchmark.BENCHMARK.config'))

@@ -18,7 +18,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import Benchmark, BenchmarkOptions, build_models, new_row
+from .benchmark import (Benchmark, BenchmarkOptions, build_models,
+                        moved_names, new_row)
 from .complexity import flop_analyzer
 from .memory import peak_memory, skipped
 from .report import Baseline, describe_row
@@ -125,3 +126,9 @@ BENCHMARK = Benchmark(
     remedy='choose another size or leave it out',
     describe=partial(describe_row, fwd='enc_fwd_ms', train='enc_train_ms',
                      mem='enc_mem_fwd'))
+
+#: names that moved to the Benchmark (for one release)
+__getattr__ = moved_names(__name__, dict(
+    add_ratios='encoder_benchmark.BENCHMARK.add_ratios',
+    markdown_table='encoder_benchmark.BENCHMARK.markdown_table',
+    encoder_config='encoder_benchmark.BENCHMARK.config'))

@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import Benchmark, BenchmarkOptions, build_models, new_row
+from .benchmark import (Benchmark, BenchmarkOptions, build_models,
+                        moved_names, new_row)
 from .memory import peak_memory, skipped
 from .report import Baseline
 from .timing import autocast
@@ -168,3 +169,8 @@ BENCHMARK = Benchmark(
     kinds=('step', ), configs=TRAIN_CONFIGS,
     what='model {name!r} of size {size!r}',
     remedy='choose another size or leave that model out', describe=describe)
+
+#: names that moved to the Benchmark (for one release)
+__getattr__ = moved_names(__name__, dict(
+    add_ratios='train_step_benchmark.BENCHMARK.add_ratios',
+    markdown_table='train_step_benchmark.BENCHMARK.markdown_table'))

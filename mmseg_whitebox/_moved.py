@@ -33,7 +33,8 @@ MODULES: Dict[str, str] = {
     f'{P}.models.decode_heads.segmenter_conversion': f'{P}.converters.segmenter',
 }
 
-#: (module that stays, name that left it) -> the module it went to
+#: (module that stays, name that left it) -> the module it went to, or
+#: ``module:attribute.path`` where it is now reached under another name
 NAMES: Dict[Tuple[str, str], str] = {
     (f'{P}.utils.checkpoint_checks', 'CheckpointCheckHook'):
     f'{P}.engine.hooks',
@@ -51,6 +52,31 @@ NAMES: Dict[Tuple[str, str], str] = {
     (f'{P}.cli.run_checks', 'pretrained_urls'): f'{P}.utils.input_checks',
     (f'{P}.cli.run_checks', 'download_error_message'):
     f'{P}.utils.input_checks',
+    (f'{P}.analysis.benchmark', 'peak_memory'): f'{P}.analysis.memory',
+    (f'{P}.analysis.benchmark', 'cpu_peak_supported'): f'{P}.analysis.memory',
+    (f'{P}.analysis.benchmark', 'extrapolate_loglog'):
+    f'{P}.analysis.memory',
+    (f'{P}.analysis.benchmark', 'loglog_slope'): f'{P}.analysis.report',
+    (f'{P}.analysis.benchmark', 'slopes'): f'{P}.analysis.report',
+    (f'{P}.analysis.benchmark', 'ratio_lines'): f'{P}.analysis.report',
+    (f'{P}.analysis.benchmark', 'write_report'): f'{P}.analysis.report',
+    (f'{P}.analysis.decoder_benchmark', 'add_ratios'):
+    f'{P}.analysis.decoder_benchmark:BENCHMARK.add_ratios',
+    (f'{P}.analysis.decoder_benchmark', 'markdown_table'):
+    f'{P}.analysis.decoder_benchmark:BENCHMARK.markdown_table',
+    (f'{P}.analysis.decoder_benchmark', 'head_config'):
+    f'{P}.analysis.decoder_benchmark:BENCHMARK.config',
+    (f'{P}.analysis.encoder_benchmark', 'add_ratios'):
+    f'{P}.analysis.encoder_benchmark:BENCHMARK.add_ratios',
+    (f'{P}.analysis.encoder_benchmark', 'markdown_table'):
+    f'{P}.analysis.encoder_benchmark:BENCHMARK.markdown_table',
+    (f'{P}.analysis.encoder_benchmark', 'encoder_config'):
+    f'{P}.analysis.encoder_benchmark:BENCHMARK.config',
+    (f'{P}.analysis.train_step_benchmark', 'add_ratios'):
+    f'{P}.analysis.train_step_benchmark:BENCHMARK.add_ratios',
+    (f'{P}.analysis.train_step_benchmark', 'markdown_table'):
+    f'{P}.analysis.train_step_benchmark:BENCHMARK.markdown_table',
+    (f'{P}.utils.input_checks', 'CfgOptionsAction'): f'{P}.cli.options',
     (f'{P}.cli.errors', 'BadFileError'): f'{P}.utils.tool_error',
     (f'{P}.cli.errors', 'OverwriteError'): f'{P}.utils.tool_error',
 }
@@ -127,6 +153,17 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                        f'run_command({command!r})\n', fullname, 'exec')
 
 
+def resolve(old: str, new: str, name: str) -> Any:
+    """The object ``new`` names (``module`` holding ``name``, or
+    ``module:attribute.path``), with the warning that ``old`` moved."""
+    module, _, path = new.partition(':')
+    warn_moved(old, f'{module}.{path or name}')
+    found = importlib.import_module(module)
+    for attr in (path or name).split('.'):
+        found = getattr(found, attr)
+    return found
+
+
 def _add_lookup(module: Any) -> None:
     """``module.<moved name>`` finds the name where it went (after the
     module's own ``__getattr__``, if it has one)."""
@@ -142,8 +179,7 @@ def _add_lookup(module: Any) -> None:
                 return previous(name)
             raise AttributeError(
                 f'module {module_name!r} has no attribute {name!r}')
-        warn_moved(f'{module_name}.{name}', f'{new}.{name}')
-        return getattr(importlib.import_module(new), name)
+        return resolve(f'{module_name}.{name}', new, name)
 
     __getattr__._moved = True
     module.__getattr__ = __getattr__

@@ -9,10 +9,10 @@ import pytest
 import torch
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.analysis import benchmark
-from mmseg_whitebox.analysis.benchmark import (extrapolate_loglog,
-                                               loglog_slope, peak_memory,
-                                               time_interleaved)
+from mmseg_whitebox.analysis import memory
+from mmseg_whitebox.analysis.memory import extrapolate_loglog, peak_memory
+from mmseg_whitebox.analysis.report import loglog_slope
+from mmseg_whitebox.analysis.timing import time_interleaved
 from mmseg_whitebox.analysis.decoder_benchmark import \
     StraightforwardCBSADecoder
 from mmseg_whitebox.ops import CBSA, TSSA
@@ -212,8 +212,8 @@ def test_peak_memory_is_the_rise_of_the_high_water_mark(monkeypatch):
             resets.append(text)
             status['VmHWM'] = status['VmRSS']  # what '5' does
 
-    monkeypatch.setattr(benchmark, '_proc_status_bytes', status.get)
-    monkeypatch.setattr(benchmark, 'open', ClearRefs, raising=False)
+    monkeypatch.setattr(memory, 'proc_bytes', status.get)
+    monkeypatch.setattr(memory, 'open', ClearRefs, raising=False)
 
     def allocate():
         status['VmHWM'] = max(status['VmHWM'], 164 * 2**20)
@@ -223,7 +223,7 @@ def test_peak_memory_is_the_rise_of_the_high_water_mark(monkeypatch):
     assert result == 'done' and peak == 64 * 2**20
     assert resets and set(resets) == {'5'}
     # without /proc (not Linux) there is no figure, but the call runs
-    monkeypatch.setattr(benchmark, 'cpu_peak_supported', lambda: False)
+    monkeypatch.setattr(memory, 'cpu_peak_supported', lambda: False)
     assert peak_memory(allocate, torch.device('cpu')) == (None, 'done')
 
 
@@ -273,8 +273,10 @@ def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
 
 
 def test_config_lookup_names_what_is_missing_and_what_to_do():
-    from mmseg_whitebox.analysis.decoder_benchmark import head_config
-    from mmseg_whitebox.analysis.encoder_benchmark import encoder_config
+    from mmseg_whitebox.analysis.decoder_benchmark import BENCHMARK as heads
+    from mmseg_whitebox.analysis.encoder_benchmark import \
+        BENCHMARK as encoders
+    head_config, encoder_config = heads.config, encoders.config
     root = osp.join(REPO, 'configs')
     assert head_config('cbsa', 's', root).endswith(
         'cbsa_vit-s_8xb1-160k_ade20k-512x512.py')
@@ -365,7 +367,7 @@ def test_train_step_benchmark_writes_table_ratios_and_skips(tmp_path):
                                                            '192x192')]
     assert other['tokens'] == 2 * 12 * 12
     for key in ('step_ms', 'mem_step'):
-        if benchmark.cpu_peak_supported() or key == 'step_ms':
+        if memory.cpu_peak_supported() or key == 'step_ms':
             assert other[key] > 0
             assert other[f'{key}_vs_ref'] == pytest.approx(other[key] /
                                                            ref[key])

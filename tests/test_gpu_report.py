@@ -15,14 +15,14 @@ def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path):
     text = (out / REPORT).read_text()
     assert f'torch {torch.__version__}' in text
     assert report['machine']['cpu'] in text.splitlines()[0]
-    for name, (title, _, columns) in BENCHMARKS.items():
+    for name, (title, _, table) in BENCHMARKS.items():
         done = report['results'][name]
         assert 'error' not in done, done
         rows = done['results']
         assert {r['precision'] for r in rows} == {'fp32', 'bf16'}
         assert all(r['status'] == 'ok' for r in rows), rows
         assert f'## {title}' in text
-        header = '| ' + ' | '.join(c[1] for c in columns) + ' | note |'
+        header = '| ' + ' | '.join(c[1] for c in table.columns) + ' | note |'
         assert header in text  # one table per benchmark
         with open(out / f'{name}.json') as f:
             assert json.load(f)['results'] == json.loads(json.dumps(rows))

@@ -199,7 +199,7 @@ def test_head_inference_is_mmsegs_prediction(mode, case):
     keeps."""
     import copy
 
-    from mmseg_whitebox.robustness.metrics import count_nonfinite
+    from mmseg_whitebox.engine.hooks import count_nonfinite
     from mmseg_whitebox.robustness.shared_inference import HeadInference
     from _helpers import created_tensors
     model = build_model('segmenter')

@@ -6,7 +6,7 @@ same random encoder feature map, ``(1, width, H/16, W/16)``, as it sees it
 inside an ``EncoderDecoder`` (the final upsampling, equal for all heads, is
 left out). Per image size and head: parameters and FLOPs, forward and
 forward+backward latency (heads timed in interleaved rounds, see
-:func:`~.benchmark.time_interleaved`), peak memory, and every figure as a
+:func:`~.timing.time_interleaved`), peak memory, and every figure as a
 ratio to mmseg's Segmenter mask head.
 
 Two entries compute the same function with the same parameters: ``cbsa``
@@ -19,28 +19,29 @@ with the largest output difference.
 from __future__ import annotations
 
 import os.path as osp
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import (BenchmarkOptions, autocast, describe_row,
-                        find_config, over_limit, peak_memory,
-                        results_table, time_rows)
+from .benchmark import Benchmark, BenchmarkOptions, new_row
 from .complexity import decode_head_complexity
+from .memory import peak_memory, skipped
+from .report import Baseline
+from .timing import backward_call, inference_call
 
-# head name -> config (relative to configs/, {enc} = t|s|b|l)
+# head name -> config (relative to configs/, {size} = t|s|b|l: the ViT)
 HEAD_CONFIGS = {
-    'segmenter': 'segmenter/segmenter_vit-{enc}_mask_*_ade20k-*.py',
-    'linear': 'segmenter/segmenter_vit-{enc}_linear_*_ade20k-*.py',
-    'mssa': 'mssa/mssa_vit-{enc}_*_ade20k-*.py',
-    'mssa-ca': 'mssa/mssa-ca_vit-{enc}_*_ade20k-*.py',
-    'tssa': 'tssa/tssa_vit-{enc}_*_ade20k-*.py',
-    'cbsa': 'cbsa/cbsa_vit-{enc}_*_ade20k-*.py',
-    'cbsa-rigorous': 'cbsa/cbsa-rigorous_vit-{enc}_*_ade20k-*.py',
-    'cbsa-straightforward': 'cbsa/cbsa_vit-{enc}_*_ade20k-*.py',
+    'segmenter': 'segmenter/segmenter_vit-{size}_mask_*_ade20k-*.py',
+    'linear': 'segmenter/segmenter_vit-{size}_linear_*_ade20k-*.py',
+    'mssa': 'mssa/mssa_vit-{size}_*_ade20k-*.py',
+    'mssa-ca': 'mssa/mssa-ca_vit-{size}_*_ade20k-*.py',
+    'tssa': 'tssa/tssa_vit-{size}_*_ade20k-*.py',
+    'cbsa': 'cbsa/cbsa_vit-{size}_*_ade20k-*.py',
+    'cbsa-rigorous': 'cbsa/cbsa-rigorous_vit-{size}_*_ade20k-*.py',
+    'cbsa-straightforward': 'cbsa/cbsa_vit-{size}_*_ade20k-*.py',
 }
 REFERENCE = 'segmenter'
 DEFAULT, STRAIGHTFORWARD = 'cbsa', 'cbsa-straightforward'
@@ -74,15 +75,6 @@ class StraightforwardCBSADecoder(nn.Module):
 
 
 # ---------------------------------------------------------------- set-up
-
-
-def head_config(name: str, encoder: str, config_root: str) -> str:
-    """The ADE20K config of head ``name`` for ViT-``encoder``."""
-    return find_config(config_root, HEAD_CONFIGS[name].format(enc=encoder),
-                       f'head {name!r} with ViT-{encoder}',
-                       'choose another encoder or leave this head out')
-
-
 def build_heads(names: List[str], encoder: str, device: torch.device,
                 seed: int, config_root: str
                 ) -> Tuple[Dict[str, nn.Module], Dict[str, Dict]]:
@@ -96,7 +88,7 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
     info: Dict[str, Dict] = {}
     cbsa_head = None
     for name in names:
-        path = head_config(name, encoder, config_root)
+        path = BENCHMARK.config(name, encoder, config_root)
         cfg = Config.fromfile(path)
         if name == STRAIGHTFORWARD and cbsa_head is not None:
             head = StraightforwardCBSADecoder(cbsa_head)
@@ -116,133 +108,57 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
 
 
 # ------------------------------------------------------------ measuring
-
-
-def forward_fn(head: nn.Module, feature: torch.Tensor, device: torch.device,
-               amp: Optional[str]) -> Callable[[], torch.Tensor]:
-
-    def run():
-        with torch.no_grad(), autocast(device, amp):
-            return head([feature])
-
-    return run
-
-
-def train_step_fn(head: nn.Module, feature: torch.Tensor,
-                  device: torch.device,
-                  amp: Optional[str]) -> Callable[[], None]:
-    """Forward in training mode and backward of the summed output, with
-    gradients to the parameters and to the features (the encoder is
-    fine-tuned)."""
-    params = [p for p in head.parameters() if p.requires_grad]
-    feature = feature.detach().requires_grad_(True)
-
-    def run():
-        head.train()
-        try:
-            with autocast(device, amp):
-                out = head([feature])
-            out.float().sum().backward()
-        finally:
-            head.eval()
-            feature.grad = None
-            for p in params:
-                p.grad = None
-
-    return run
-
-
 def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  size: Tuple[int, int], options: BenchmarkOptions,
                  device: torch.device, history: Dict[str, List[Dict]],
                  memory_limit: Optional[int]) -> List[Dict]:
-    """All measurements of every head at one image size."""
-    rows = []
-    runnable: Dict[str, Dict[str, Callable]] = {}
+    """All measurements of every head at one image size, and the largest
+    difference of the ``cbsa`` output from the straightforward one."""
+    rows: Dict[str, Dict] = {}
     outputs: Dict[str, torch.Tensor] = {}
-    for name, head in heads.items():
+
+    def measure(name: str, head: nn.Module, past: List[Dict]):
         patch = info[name]['patch_size']
         grid = (-(-size[0] // patch), -(-size[1] // patch))
-        tokens = grid[0] * grid[1]
         gen = torch.Generator().manual_seed(options.seed)
         feature = torch.randn(1, info[name]['in_channels'], *grid,
                               generator=gen).to(device)
-        row = dict(head=name, size=f'{size[0]}x{size[1]}', grid=list(grid),
-                   tokens=tokens, status='ok')
-        rows.append(row)
-        past = history.setdefault(name, [])
-        fwd = forward_fn(head, feature, device, options.amp)
-        predicted = over_limit(past, 'mem_fwd', tokens, memory_limit)
-        if predicted:
-            row['status'] = (f'skipped: forward predicted to need '
-                             f'{predicted / 2**30:.1f} GiB')
+        row = rows[name] = new_row(name, size, grid=list(grid),
+                                   tokens=grid[0] * grid[1])
+        fwd = inference_call(head, [feature], device, options.amp)
+        if skipped(row, 'mem_fwd', past, memory_limit,
+                   'skipped: forward predicted to need'):
             print(f'  {name:<22} {row["status"]}', flush=True)
-            continue
+            return row, None
         row['mem_fwd'], out = peak_memory(fwd, device)
-        outputs[name] = out.float()
+        if name in (DEFAULT, STRAIGHTFORWARD):
+            outputs[name] = out.float()
         del out
         if options.flops:
             flops, params = decode_head_complexity(head, feature)
             row.update(flops=flops, params=params)
         else:
             row['params'] = sum(p.numel() for p in head.parameters())
-        fns = dict(fwd=fwd)
+        calls = dict(fwd=fwd)
         if options.backward:
-            step = train_step_fn(head, feature, device, options.amp)
-            predicted = over_limit(past, 'mem_train', tokens, memory_limit)
-            if predicted:
-                row['status'] = (f'backward skipped: predicted to need '
-                                 f'{predicted / 2**30:.1f} GiB')
-            else:
+            # gradients to the parameters and to the features (the encoder
+            # is fine-tuned)
+            step = backward_call(head, [feature.detach().requires_grad_()],
+                                 device, options.amp)
+            if not skipped(row, 'mem_train', past, memory_limit,
+                           'backward skipped: predicted to need'):
                 row['mem_train'], _ = peak_memory(step, device)
-                fns['train'] = step
-        runnable[name] = fns
-        past.append(row)
-    by_name = {r['head']: r for r in rows}
-    if STRAIGHTFORWARD in outputs and DEFAULT in outputs:
-        diff = (outputs[STRAIGHTFORWARD] - outputs[DEFAULT]).abs().max()
-        by_name[DEFAULT]['max_abs_diff_vs_straightforward'] = float(diff)
-    outputs.clear()
-    time_rows(rows, runnable, ('fwd', 'train'), options, device)
-    for row in rows:
-        print('  ' + describe_row(row), flush=True)
-    return rows
+                calls['train'] = step
+        if len(outputs) == 2:
+            diff = outputs.pop(STRAIGHTFORWARD) - outputs.pop(DEFAULT)
+            rows[DEFAULT]['max_abs_diff_vs_straightforward'] = float(
+                diff.abs().max())
+        return row, calls
+
+    return BENCHMARK.measure_size(heads, measure, history, options, device)
 
 
 # ------------------------------------------------------------- reporting
-def add_ratios(rows: List[Dict]) -> None:
-    """``*_vs_segmenter`` for every figure, per size."""
-    keys = ('flops', 'params', 'fwd_ms', 'train_ms', 'mem_fwd', 'mem_train')
-    by_size: Dict[str, Dict[str, Dict]] = {}
-    for row in rows:
-        by_size.setdefault(row['size'], {})[row['head']] = row
-    for heads in by_size.values():
-        ref = heads.get(REFERENCE)
-        straight = heads.get(STRAIGHTFORWARD)
-        for row in heads.values():
-            for key in keys:
-                if ref and row.get(key) and ref.get(key):
-                    row[f'{key}_vs_{REFERENCE}'] = row[key] / ref[key]
-            if row['head'] == DEFAULT and straight:
-                for key in ('fwd_ms', 'train_ms', 'mem_fwd'):
-                    if row.get(key) and straight.get(key):
-                        row[f'{key}_vs_straightforward'] = (row[key] /
-                                                            straight[key])
-
-
-COLUMNS = [
-    ('head', 'head', '{}'), ('size', 'image', '{}'), ('tokens', 'tokens',
-                                                      '{}'),
-    ('params', 'params (M)', 'M'), ('flops', 'GFLOPs', 'G'),
-    ('flops_vs_segmenter', 'x seg', 'r'), ('fwd_ms', 'fwd ms', '.1f'),
-    ('fwd_ms_vs_segmenter', 'x seg', 'r'),
-    ('train_ms', 'fwd+bwd ms', '.1f'),
-    ('train_ms_vs_segmenter', 'x seg', 'r'), ('mem_fwd', 'fwd MiB', 'Mi'),
-    ('mem_fwd_vs_segmenter', 'x seg', 'r'), ('mem_train', 'train MiB',
-                                            'Mi'),
-]
-
-
 def straightforward_note(row: Dict) -> List[str]:
     """The ``cbsa`` row's speed and output difference against the
     straightforward listing."""
@@ -256,7 +172,24 @@ def straightforward_note(row: Dict) -> List[str]:
     return notes
 
 
-def markdown_table(rows: List[Dict]) -> str:
-    return results_table(rows, COLUMNS, straightforward_note)
-
+#: ``*_vs_segmenter`` of every figure, and of the ``cbsa`` row
+#: ``*_vs_straightforward``
+BENCHMARK = Benchmark(
+    columns=[
+        ('head', 'head', '{}'), ('size', 'image', '{}'),
+        ('tokens', 'tokens', '{}'), ('params', 'params (M)', 'M'),
+        ('flops', 'GFLOPs', 'G'), ('flops_vs_segmenter', 'x seg', 'r'),
+        ('fwd_ms', 'fwd ms', '.1f'), ('fwd_ms_vs_segmenter', 'x seg', 'r'),
+        ('train_ms', 'fwd+bwd ms', '.1f'),
+        ('train_ms_vs_segmenter', 'x seg', 'r'),
+        ('mem_fwd', 'fwd MiB', 'Mi'), ('mem_fwd_vs_segmenter', 'x seg', 'r'),
+        ('mem_train', 'train MiB', 'Mi')],
+    baselines=(Baseline(REFERENCE, ('flops', 'params', 'fwd_ms', 'train_ms',
+                                    'mem_fwd', 'mem_train'), REFERENCE),
+               Baseline(STRAIGHTFORWARD, ('fwd_ms', 'train_ms', 'mem_fwd'),
+                        'straightforward', only=DEFAULT)),
+    kinds=('fwd', 'train'), configs=HEAD_CONFIGS,
+    what='head {name!r} with ViT-{size}',
+    remedy='choose another encoder or leave this head out',
+    notes=straightforward_note)
 

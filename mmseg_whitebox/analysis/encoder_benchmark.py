@@ -7,20 +7,23 @@ the same random image. Per image size and encoder: parameters and FLOPs of
 the encoder and of the whole segmentor (tensor mode: encoder and head, no
 final upsampling), forward latency of both, forward+backward latency of
 the encoder, their peak memory, and each figure as a ratio to mmseg's ViT
-of the same size. Timing, memory and slopes are the decoder benchmark's
+of the same size, measured and reported as the other benchmarks
 (:mod:`~mmseg_whitebox.analysis.benchmark`).
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from functools import partial
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from .benchmark import (BenchmarkOptions, autocast, build_models,
-                        describe_row, find_config, over_limit, peak_memory,
-                        ratios_to_reference, results_table, time_rows)
+from .benchmark import (Benchmark, BenchmarkOptions, build_models,
+                        new_row)
 from .complexity import flop_analyzer
+from .memory import peak_memory, skipped
+from .report import Baseline, describe_row
+from .timing import backward_call, inference_call
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
 ENCODER_CONFIGS = {
@@ -32,11 +35,6 @@ ENCODER_CONFIGS = {
     'cbsa-vit': 'cbsa/cbsa_cbsa-vit-{size}_*_ade20k-*.py',
 }
 REFERENCE = 'vit'
-#: the measurements, per row: ``<scope>_<what>`` with scope ``enc``
-#: (encoder alone) or ``seg`` (the whole segmentor)
-RATIO_KEYS = ('enc_flops', 'seg_flops', 'enc_params', 'enc_fwd_ms',
-              'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd', 'seg_mem_fwd',
-              'enc_mem_train')
 
 
 class TensorMode(nn.Module):
@@ -50,17 +48,10 @@ class TensorMode(nn.Module):
         return self.segmentor(image, mode='tensor')
 
 
-def encoder_config(name: str, size: str, config_root: str) -> str:
-    """The ADE20K config of encoder ``name`` at ``size``."""
-    return find_config(config_root, ENCODER_CONFIGS[name].format(size=size),
-                       f'encoder {name!r} of size {size!r}',
-                       'choose another size or leave it out')
-
-
 def build_segmentors(names: List[str], size: str, device: torch.device,
                      seed: int, config_root: str) -> Dict[str, nn.Module]:
     """Segmentors (eval mode, random weights, nothing downloaded)."""
-    return build_models({name: encoder_config(name, size, config_root)
+    return build_models({name: BENCHMARK.config(name, size, config_root)
                          for name in names}, device, seed)
 
 
@@ -71,28 +62,6 @@ def complexity(module: nn.Module, image: torch.Tensor) -> Tuple[int, int]:
     return int(flops), sum(p.numel() for p in module.parameters())
 
 
-def encoder_train_fn(model: nn.Module, image: torch.Tensor,
-                     device: torch.device,
-                     amp: Optional[str]) -> Callable[[], None]:
-    """Forward of the encoder in training mode and backward of its summed
-    output."""
-    backbone = model.backbone
-    params = [p for p in backbone.parameters() if p.requires_grad]
-
-    def run():
-        backbone.train()
-        try:
-            with autocast(device, amp):
-                out = backbone(image)
-            sum(o.float().sum() for o in out).backward()
-        finally:
-            backbone.eval()
-            for p in params:
-                p.grad = None
-
-    return run
-
-
 def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
                  options: BenchmarkOptions, device: torch.device,
                  history: Dict[str, List[Dict]],
@@ -100,36 +69,24 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
     """All measurements of every encoder at one image size."""
     gen = torch.Generator().manual_seed(options.seed)
     image = torch.randn(1, 3, *size, generator=gen).to(device)
-    rows, runnable = [], {}
-    for name, model in models.items():
-        tokens = (-(-size[0] // 16)) * (-(-size[1] // 16))
-        row = dict(head=name, size=f'{size[0]}x{size[1]}', tokens=tokens,
-                   status='ok')
-        rows.append(row)
-        past = history.setdefault(name, [])
-        fns: Dict[str, Callable] = {}
 
-        def forward(module: nn.Module) -> Callable[[], object]:
-            def run():
-                with torch.no_grad(), autocast(device, options.amp):
-                    return module(image)
-            return run
-
-        calls = dict(enc_fwd=forward(model.backbone),
-                     seg_fwd=forward(TensorMode(model)))
+    def measure(name: str, model: nn.Module, past: List[Dict]):
+        row = new_row(name, size, tokens=(-(-size[0] // 16)) *
+                      (-(-size[1] // 16)))
+        calls = {kind: inference_call(module, image, device, options.amp)
+                 for kind, module in (('enc_fwd', model.backbone),
+                                      ('seg_fwd', TensorMode(model)))}
         if options.backward:
-            calls['enc_train'] = encoder_train_fn(model, image, device,
-                                                  options.amp)
-        for kind, fn in calls.items():
+            calls['enc_train'] = backward_call(model.backbone, image, device,
+                                               options.amp)
+        for kind, fn in list(calls.items()):
             mem_key = kind.replace('_fwd', '_mem_fwd').replace(
                 '_train', '_mem_train')
-            predicted = over_limit(past, mem_key, tokens, memory_limit)
-            if predicted:
-                row['status'] = (f'{kind} skipped: predicted to need '
-                                 f'{predicted / 2**30:.1f} GiB')
-                continue
-            row[mem_key], _ = peak_memory(fn, device)
-            fns[kind] = fn
+            if skipped(row, mem_key, past, memory_limit,
+                       f'{kind} skipped: predicted to need'):
+                del calls[kind]
+            else:
+                row[mem_key], _ = peak_memory(fn, device)
         if flops:
             row['enc_flops'], row['enc_params'] = complexity(
                 model.backbone, image)
@@ -138,37 +95,35 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
         else:
             row['enc_params'] = sum(
                 p.numel() for p in model.backbone.parameters())
-        runnable[name] = fns
-        past.append(row)
-    time_rows(rows, runnable, ('enc_fwd', 'seg_fwd', 'enc_train'), options,
-              device)
-    for row in rows:
-        print('  ' + describe_row(dict(row, fwd_ms=row.get('enc_fwd_ms'),
-                                       train_ms=row.get('enc_train_ms'),
-                                       mem_fwd=row.get('enc_mem_fwd'))),
-              flush=True)
-    return rows
+        return row, calls
+
+    return BENCHMARK.measure_size(models, measure, history, options, device)
 
 
-def add_ratios(rows: List[Dict]) -> None:
-    """``<key>_vs_vit`` for every figure, per size."""
-    ratios_to_reference(rows, REFERENCE, RATIO_KEYS, REFERENCE)
+#: the measurements, per row: ``<scope>_<what>`` with scope ``enc``
+#: (encoder alone) or ``seg`` (the whole segmentor), ``*_vs_vit`` of each
+BENCHMARK = Benchmark(
+    columns=[
+        ('head', 'encoder', '{}'), ('size', 'image', '{}'),
+        ('tokens', 'tokens', '{}'), ('enc_params', 'enc params (M)', 'M'),
+        ('enc_flops', 'enc GFLOPs', 'G'), ('seg_flops', 'seg GFLOPs', 'G'),
+        ('enc_fwd_ms', 'enc fwd ms', '.1f'),
+        ('enc_fwd_ms_vs_vit', 'x ViT', 'r'),
+        ('seg_fwd_ms', 'seg fwd ms', '.1f'),
+        ('seg_fwd_ms_vs_vit', 'x ViT', 'r'),
+        ('enc_train_ms', 'enc fwd+bwd ms', '.1f'),
+        ('enc_train_ms_vs_vit', 'x ViT', 'r'),
+        ('enc_mem_fwd', 'enc fwd MiB', 'Mi'),
+        ('enc_mem_fwd_vs_vit', 'x ViT', 'r'),
+        ('seg_mem_fwd', 'seg fwd MiB', 'Mi'),
+        ('enc_mem_train', 'enc train MiB', 'Mi')],
+    baselines=(Baseline(REFERENCE, (
+        'enc_flops', 'seg_flops', 'enc_params', 'enc_fwd_ms', 'seg_fwd_ms',
+        'enc_train_ms', 'enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'),
+        REFERENCE), ),
+    kinds=('enc_fwd', 'seg_fwd', 'enc_train'), configs=ENCODER_CONFIGS,
+    what='encoder {name!r} of size {size!r}',
+    remedy='choose another size or leave it out',
+    describe=partial(describe_row, fwd='enc_fwd_ms', train='enc_train_ms',
+                     mem='enc_mem_fwd'))
 
-
-COLUMNS = [
-    ('head', 'encoder', '{}'), ('size', 'image', '{}'),
-    ('tokens', 'tokens', '{}'), ('enc_params', 'enc params (M)', 'M'),
-    ('enc_flops', 'enc GFLOPs', 'G'), ('seg_flops', 'seg GFLOPs', 'G'),
-    ('enc_fwd_ms', 'enc fwd ms', '.1f'), ('enc_fwd_ms_vs_vit', 'x ViT', 'r'),
-    ('seg_fwd_ms', 'seg fwd ms', '.1f'), ('seg_fwd_ms_vs_vit', 'x ViT', 'r'),
-    ('enc_train_ms', 'enc fwd+bwd ms', '.1f'),
-    ('enc_train_ms_vs_vit', 'x ViT', 'r'),
-    ('enc_mem_fwd', 'enc fwd MiB', 'Mi'), ('enc_mem_fwd_vs_vit', 'x ViT',
-                                           'r'),
-    ('seg_mem_fwd', 'seg fwd MiB', 'Mi'), ('enc_mem_train', 'enc train MiB',
-                                           'Mi'),
-]
-
-
-def markdown_table(rows: List[Dict]) -> str:
-    return results_table(rows, COLUMNS)

@@ -22,17 +22,19 @@ from __future__ import annotations
 import os
 import os.path as osp
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
-from .benchmark import (BenchmarkOptions, autocast, machine, measure_sizes,
-                        prepare_run, results_table)
+from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
+                        prepare_run)
+from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
+from .timing import autocast
 
 #: the precisions of every benchmark: None (float32) and autocast bf16
 PRECISIONS: Tuple[Optional[str], ...] = (None, 'bf16')
@@ -133,8 +135,7 @@ def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
 
 
 def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
-                        measure: Callable, add_ratios: Callable
-                        ) -> List[Dict]:
+                        measure: Callable, bench: Benchmark) -> List[Dict]:
     """``measure(size, options, history)`` at every size, in fp32 and then
     bf16 (each with its own ratios), the rows marked with their
     precision."""
@@ -144,7 +145,7 @@ def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
         history: Dict = {}
         done = measure_sizes(sizes,
                              lambda size: measure(size, options, history))
-        add_ratios(done)
+        bench.add_ratios(done)
         rows += _with_precision(done, amp)
     return rows
 
@@ -158,7 +159,7 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
         plan.decoder_sizes, plan.decoder_timing,
         lambda size, options, history: decoder_benchmark.measure_size(
             heads, info, size, options, device, history, limit),
-        decoder_benchmark.add_ratios)
+        decoder_benchmark.BENCHMARK)
 
 
 def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
@@ -169,7 +170,7 @@ def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
         plan.encoder_sizes, plan.encoder_timing,
         lambda size, options, history: encoder_benchmark.measure_size(
             models, size, options, device, history, limit, False),
-        encoder_benchmark.add_ratios)
+        encoder_benchmark.BENCHMARK)
 
 
 def _train_step(plan: ReportPlan, device: torch.device,
@@ -182,7 +183,7 @@ def _train_step(plan: ReportPlan, device: torch.device,
         lambda size, options, history: train_step_benchmark.measure_size(
             models, size, plan.train_batch, options, device, history,
             limit),
-        train_step_benchmark.add_ratios)
+        train_step_benchmark.BENCHMARK)
 
 
 def _shared_sweep(plan: ReportPlan, device: torch.device,
@@ -206,33 +207,23 @@ def _shared_sweep(plan: ReportPlan, device: torch.device,
     return rows
 
 
-PRECISION_COLUMN = ('precision', 'precision', '{}')
-
-
-def _columns(columns: Sequence) -> List:
-    """A benchmark's table columns, precision first, FLOPs left out (not
+def _table(bench: Benchmark) -> Benchmark:
+    """A benchmark's table here: precision first, FLOPs left out (not
     counted here)."""
-    return [PRECISION_COLUMN] + [c for c in columns if 'flops' not in c[0]]
+    return replace(bench, columns=[('precision', 'precision', '{}')] + [
+        c for c in bench.columns if 'flops' not in c[0]])
 
 
-SWEEP_COLUMNS = [
-    PRECISION_COLUMN, ('config', 'config', '{}'), ('images', 'images', '{}'),
-    ('size', 'image', '{}'), ('settings', 'settings', '{}'),
-    ('sequential_s', 'one at a time s', '.2f'),
-    ('shared_s', 'shared encoder s', '.2f'), ('ratio', 'ratio', 'r'),
-    ('encoder_share', 'encoder share of one evaluation', '.2f'),
-    ('identical', 'identical metrics', '{}'),
-]
-#: benchmark -> (title, runner, table columns), in the order they run
-BENCHMARKS: Dict[str, Tuple[str, Callable, Sequence]] = {
+#: benchmark -> (title, runner, its table), in the order they run
+BENCHMARKS: Dict[str, Tuple[str, Callable, Benchmark]] = {
     'decoders': ('Decode heads on ViT features', _decoders,
-                 _columns(decoder_benchmark.COLUMNS)),
+                 _table(decoder_benchmark.BENCHMARK)),
     'encoders': ('Encoders under the CBSA head', _encoders,
-                 _columns(encoder_benchmark.COLUMNS)),
+                 _table(encoder_benchmark.BENCHMARK)),
     'train_step': ('One training step', _train_step,
-                   _columns(train_step_benchmark.COLUMNS)),
+                   _table(train_step_benchmark.BENCHMARK)),
     'shared_sweep': ('Shared-encoder noise sweep', _shared_sweep,
-                     SWEEP_COLUMNS),
+                     _table(SHARED_SWEEP)),
 }
 
 
@@ -244,7 +235,7 @@ def report_markdown(facts: Dict, plan: ReportPlan,
     lines = [f'# GPU report: {device}', '',
              f'{device}, torch {facts["torch"]}, {facts["date"]}; '
              f'{plan.sizes_note}; float32 and bfloat16 autocast.', '']
-    for name, (title, _, columns) in BENCHMARKS.items():
+    for name, (title, _, table) in BENCHMARKS.items():
         done = results.get(name)
         if done is None:
             continue
@@ -252,9 +243,7 @@ def report_markdown(facts: Dict, plan: ReportPlan,
         if 'error' in done:
             lines += [f'Not measured: {done["error"]}', '']
             continue
-        notes = decoder_benchmark.straightforward_note if name == 'decoders' else (
-            lambda row: [])
-        lines += [results_table(done['results'], columns, notes), '']
+        lines += [table.markdown_table(done['results']), '']
     return '\n'.join(lines)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .benchmark import peak_memory
+from .memory import peak_memory, proc_bytes
 
 BOUNDED_TYPE = 'BoundedMemoryEncoderDecoder'
 GIB = 1024 ** 3
@@ -70,18 +70,10 @@ def build_model(config: str, checkpoint: Optional[str], bounded: bool,
                       cfg_options=model_options(bounded, mode, options))
 
 
-def _status_bytes(key: str) -> Optional[int]:
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(key + ':'):
-                return int(line.split()[1]) * 1024
-    return None
-
-
 def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Run one inference as ``spec`` says, in this process; returns the
     process's peak RSS (``VmHWM``) and the rise of it during inference
-    (:func:`~mmseg_whitebox.analysis.benchmark.peak_memory`)."""
+    (:func:`~mmseg_whitebox.analysis.memory.peak_memory`)."""
     import torch
     from mmseg.apis import inference_model
     if spec.get('threads'):
@@ -91,7 +83,7 @@ def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
                         options=spec.get('options'))
     limit = spec.get('memory_limit')
     if limit:  # address space now plus the allowance
-        vm = _status_bytes('VmSize') or 0
+        vm = proc_bytes('VmSize') or 0
         resource.setrlimit(resource.RLIMIT_AS,
                            (vm + int(limit), resource.RLIM_INFINITY))
     start = time.perf_counter()
@@ -105,11 +97,11 @@ def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
                 exc, MemoryError):
             raise
         return dict(ok=False, error=str(exc).splitlines()[0][:300],
-                    peak_rss=_status_bytes('VmHWM'))
+                    peak_rss=proc_bytes('VmHWM'))
     seconds = time.perf_counter() - start
     pred = result.pred_sem_seg.data
     out = dict(ok=True, seconds=seconds, inference_rise=rise,
-               peak_rss=_status_bytes('VmHWM'),
+               peak_rss=proc_bytes('VmHWM'),
                pred_shape=list(pred.shape),
                seg_logits_shape=list(result.seg_logits.data.shape))
     if spec.get('save_pred'):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .benchmark import build_models, prepare_run, synchronize
+from .benchmark import Benchmark, build_models, prepare_run
+from .timing import synchronize
 
 
 @dataclass
@@ -37,6 +38,16 @@ class SharedSweepOptions:
     data_dir: Optional[str] = None
     cfg_options: Optional[Dict[str, Any]] = None
     profile: bool = False
+
+
+#: the sweep's table: one row per run of :func:`run_shared_encoder_benchmark`
+BENCHMARK = Benchmark(columns=[
+    ('config', 'config', '{}'), ('images', 'images', '{}'),
+    ('size', 'image', '{}'), ('settings', 'settings', '{}'),
+    ('sequential_s', 'one at a time s', '.2f'),
+    ('shared_s', 'shared encoder s', '.2f'), ('ratio', 'ratio', 'r'),
+    ('encoder_share', 'encoder share of one evaluation', '.2f'),
+    ('identical', 'identical metrics', '{}')])
 
 
 def build(options: SharedSweepOptions, data_root: str,

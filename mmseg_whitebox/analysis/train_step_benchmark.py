@@ -23,9 +23,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import (BenchmarkOptions, autocast, build_models,
-                        find_config, over_limit, peak_memory,
-                        ratios_to_reference, results_table, time_rows)
+from .benchmark import (Benchmark, BenchmarkOptions, build_models,
+                        new_row)
+from .memory import peak_memory, skipped
+from .report import Baseline
+from .timing import autocast
 
 # model name -> config (relative to configs/, {size} = t|s|b)
 TRAIN_CONFIGS = {
@@ -42,14 +44,6 @@ DEFAULT_MODELS = ('vit+segmenter', 'vit+cbsa', 'cbt+cbsa', 'crate+cbsa',
 REFERENCE = 'vit+segmenter'
 #: the name of a model's row with the banded loss: model name + this
 BANDED = ' banded'
-RATIO_KEYS = ('step_ms', 'mem_step')
-
-
-def train_config(name: str, size: str, config_root: str) -> str:
-    """The ADE20K config of model ``name`` at ``size``."""
-    return find_config(config_root, TRAIN_CONFIGS[name].format(size=size),
-                       f'model {name!r} of size {size!r}',
-                       'choose another size or leave that model out')
 
 
 def build_trainable(names: List[str], size: str, device: torch.device,
@@ -65,7 +59,7 @@ def build_trainable(names: List[str], size: str, device: torch.device,
     with bands of that many label rows."""
     from mmengine.optim import build_optim_wrapper
     options = {'model.backbone.with_cp': True} if with_cp else {}
-    configs = {n: train_config(n, size, config_root) for n in names}
+    configs = {n: BENCHMARK.config(n, size, config_root) for n in names}
     built = build_models(configs, device, seed, options or None)
     if loss_band_rows is not None:
         banded = build_models(configs, device, seed, dict(
@@ -127,18 +121,15 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
     """Time and peak memory of one training step of every model at one
     crop size (a model predicted to need more than ``memory_limit`` bytes
     from its smaller sizes is skipped)."""
-    rows, runnable = [], {}
-    for name, (model, optim_wrapper) in models.items():
-        tokens = batch * (-(-size[0] // 16)) * (-(-size[1] // 16))
-        row = dict(head=name, size=f'{size[0]}x{size[1]}', batch=batch,
-                   tokens=tokens, status='ok')
-        rows.append(row)
-        past = history.setdefault(name, [])
-        predicted = over_limit(past, 'mem_step', tokens, memory_limit)
-        if predicted:
-            row['status'] = (f'skipped: predicted to need '
-                             f'{predicted / 2**30:.1f} GiB')
-            continue
+
+    def measure(name: str, built: Tuple[nn.Module, object],
+                past: List[Dict]):
+        model, optim_wrapper = built
+        row = new_row(name, size, batch=batch, tokens=batch * (
+            -(-size[0] // 16)) * (-(-size[1] // 16)))
+        if skipped(row, 'mem_step', past, memory_limit,
+                   'skipped: predicted to need'):
+            return row, None
         inputs, samples = random_batch(model, batch, size, device,
                                        options.seed)
         step = train_step_fn(model, optim_wrapper, inputs, samples, device,
@@ -151,33 +142,31 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
         row['loss'] = step()
         row['mem_step'], _ = peak_memory(step, device)
         row['params'] = sum(p.numel() for p in model.parameters())
-        runnable[name] = dict(step=step)
-        past.append(row)
-    time_rows(rows, runnable, ('step', ), options, device)
-    for row in rows:
-        step, mem = row.get('step_ms'), row.get('mem_step')
-        print(f'  {row["head"]:<15} {row["size"]:>9} batch {batch}  step '
-              + (f'{step:.0f} ms' if step else '-') + '  peak '
-              + (f'{mem / 2**20:.0f} MiB' if mem else '-')
-              + f'  {row["status"]}', flush=True)
-    return rows
+        return row, dict(step=step)
+
+    return BENCHMARK.measure_size(models, measure, history, options, device)
 
 
-def add_ratios(rows: List[Dict]) -> None:
-    """``<key>_vs_ref`` (against :data:`REFERENCE`) for every figure, per
-    size."""
-    ratios_to_reference(rows, REFERENCE, RATIO_KEYS, 'ref')
+def describe(row: Dict) -> str:
+    """A row's progress line: its step's time and peak memory."""
+    step, mem = row.get('step_ms'), row.get('mem_step')
+    return (f'{row["head"]:<15} {row["size"]:>9} batch {row["batch"]}  step '
+            + (f'{step:.0f} ms' if step else '-') + '  peak '
+            + (f'{mem / 2**20:.0f} MiB' if mem else '-')
+            + f'  {row["status"]}')
 
 
-COLUMNS = [
-    ('head', 'model', '{}'), ('size', 'crop', '{}'), ('batch', 'batch', '{}'),
-    ('params', 'params (M)', 'M'), ('loss', 'first loss', '.4f'),
-    ('step_ms', 'step ms', '.0f'),
-    ('step_ms_vs_ref', f'x {REFERENCE}', 'r'),
-    ('mem_step', 'step peak MiB', 'Mi'),
-    ('mem_step_vs_ref', f'x {REFERENCE}', 'r'),
-]
+#: ``<key>_vs_ref``: the step's time and memory against :data:`REFERENCE`
+BENCHMARK = Benchmark(
+    columns=[
+        ('head', 'model', '{}'), ('size', 'crop', '{}'),
+        ('batch', 'batch', '{}'), ('params', 'params (M)', 'M'),
+        ('loss', 'first loss', '.4f'), ('step_ms', 'step ms', '.0f'),
+        ('step_ms_vs_ref', f'x {REFERENCE}', 'r'),
+        ('mem_step', 'step peak MiB', 'Mi'),
+        ('mem_step_vs_ref', f'x {REFERENCE}', 'r')],
+    baselines=(Baseline(REFERENCE, ('step_ms', 'mem_step'), 'ref'), ),
+    kinds=('step', ), configs=TRAIN_CONFIGS,
+    what='model {name!r} of size {size!r}',
+    remedy='choose another size or leave that model out', describe=describe)
 
-
-def markdown_table(rows: List[Dict]) -> str:
-    return results_table(rows, COLUMNS)

@@ -10,7 +10,7 @@ normalisation, network, resize back, argmax) and the network alone at the
 size the test resize gives (the graph against ``model(x,
 mode='tensor')`` and the resize the graph includes). The times are
 medians over interleaved rounds (:func:`~mmseg_whitebox.analysis.
-benchmark.time_interleaved`); the argmax agreement and the largest logit
+timing.time_interleaved`); the argmax agreement and the largest logit
 difference of the two predictions come with them.
 """
 from __future__ import annotations

@@ -30,8 +30,9 @@ from typing import Dict, List
 
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis import (benchmark as common,
-                                     decoder_benchmark as bench)
+from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.analysis import decoder_benchmark as bench
+from mmseg_whitebox.analysis.report import slopes, write_report
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.utils.tool_error import ToolError
 
@@ -101,12 +102,12 @@ def main(argv=None) -> Dict:
     history: Dict[str, List[Dict]] = {}
     rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         heads, info, size, options, device, history, memory_limit))
-    bench.add_ratios(rows)
-    fits = common.slopes(rows)
+    bench.BENCHMARK.add_ratios(rows)
+    fits = slopes(rows)
     report = dict(machine=facts, encoder=args.encoder, amp=args.amp,
                   heads=info, results=rows, slopes=fits)
-    common.write_report(args.out, report, bench.markdown_table(rows),
-                       f'decoders on ViT-{args.encoder} features')
+    write_report(args.out, report, bench.BENCHMARK.markdown_table(rows),
+                 f'decoders on ViT-{args.encoder} features')
     print_summary(rows, fits)
     return report
 

@@ -25,8 +25,9 @@ from typing import Dict, List
 
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis import (benchmark as common,
-                                     encoder_benchmark as bench)
+from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.analysis import encoder_benchmark as bench
+from mmseg_whitebox.analysis.report import ratio_lines, slopes, write_report
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.utils.tool_error import ToolError
 
@@ -66,9 +67,8 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
         fitted = '  '.join(f'{k} {v:.2f}' for k, v in fit.items())
         print(f'  {name:<10} {fitted}')
     print('\nencoder forward / ViT (latency, peak memory):')
-    print('\n'.join(common.ratio_lines(rows, bench.REFERENCE,
-                                       'enc_fwd_ms_vs_vit',
-                                       'enc_mem_fwd_vs_vit')))
+    print('\n'.join(ratio_lines(rows, bench.REFERENCE, 'enc_fwd_ms_vs_vit',
+                                'enc_mem_fwd_vs_vit')))
 
 
 def main(argv=None) -> Dict:
@@ -95,12 +95,12 @@ def main(argv=None) -> Dict:
     rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
         models, size, options, device, history, memory_limit,
         size in args.flops_sizes))
-    bench.add_ratios(rows)
-    fits = common.slopes(rows, SLOPE_KEYS)
+    bench.BENCHMARK.add_ratios(rows)
+    fits = slopes(rows, SLOPE_KEYS)
     report = dict(machine=facts, size=args.size, amp=args.amp,
                   results=rows, slopes=fits)
-    common.write_report(
-        args.out, report, bench.markdown_table(rows),
+    write_report(
+        args.out, report, bench.BENCHMARK.markdown_table(rows),
         f'encoders ({args.size.upper()})',
         latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
         memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))

@@ -35,7 +35,7 @@ DEFAULT_CONFIG = osp.join('configs', 'cbsa',
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from mmseg_whitebox.utils.input_checks import CfgOptionsAction
+    from mmseg_whitebox.cli import CfgOptionsAction
     p = tool_parser(__doc__)
     p.add_argument('--config', default=DEFAULT_CONFIG)
     p.add_argument('--images', type=int, default=2,

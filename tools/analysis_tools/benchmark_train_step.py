@@ -30,8 +30,9 @@ import os.path as osp
 from typing import Dict, List
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis import (benchmark as common,
-                                     train_step_benchmark as bench)
+from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.analysis import train_step_benchmark as bench
+from mmseg_whitebox.analysis.report import ratio_lines, slopes, write_report
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
 from mmseg_whitebox.utils.atomic import write_json
@@ -77,8 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def print_summary(rows: List[Dict]) -> None:
     print(f'\ntraining step / {bench.REFERENCE} (time, peak memory):')
-    print('\n'.join(common.ratio_lines(rows, bench.REFERENCE,
-                                       'step_ms_vs_ref', 'mem_step_vs_ref')))
+    print('\n'.join(ratio_lines(rows, bench.REFERENCE, 'step_ms_vs_ref',
+                                'mem_step_vs_ref')))
 
 
 def main(argv=None) -> Dict:
@@ -116,13 +117,12 @@ def main(argv=None) -> Dict:
         return rows
 
     rows = common.measure_sizes(args.sizes, measure)
-    bench.add_ratios(rows)
-    fits = common.slopes(rows, ('step_ms', 'mem_step'))
+    bench.BENCHMARK.add_ratios(rows)
+    fits = slopes(rows, ('step_ms', 'mem_step'))
     report = dict(setup, results=rows, slopes=fits)
-    common.write_report(args.out, report, bench.markdown_table(rows),
-                        f'training step ({args.size.upper()}, batch '
-                        f'{args.batch})', latency=('step_ms', ),
-                        memory=('mem_step', ))
+    write_report(args.out, report, bench.BENCHMARK.markdown_table(rows),
+                 f'training step ({args.size.upper()}, batch {args.batch})',
+                 latency=('step_ms', ), memory=('mem_step', ))
     print_summary(rows)
     return report
 

@@ -21,11 +21,9 @@ import os.path as osp
 import tempfile
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis.benchmark import available_memory
-from mmseg_whitebox.analysis.large_image_memory import (GIB, agreement,
-                                                        format_bytes,
-                                                        measure_in_subprocess,
-                                                        write_test_image)
+from mmseg_whitebox.analysis.large_image_memory import (
+    GIB, agreement, format_bytes, measure_in_subprocess, write_test_image)
+from mmseg_whitebox.analysis.memory import available_memory
 from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import write_json

@@ -1,0 +1,119 @@
+"""The benchmarks' calls and their wall time.
+
+:func:`time_interleaved` times repeated calls of several functions in
+interleaved rounds after warm-up, with CUDA synchronisation, each timed
+call preceded by an untimed one of the same function (steady state, not
+the previous function's cache and allocator state), each stopping early
+once its time budget is spent (a Segmenter head at 2048x2048 takes
+seconds per call on a CPU).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+# calls slower than this (seconds) are past any warm-up or cache effect
+SLOW_CALL = 1.0
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def autocast(device: torch.device, amp: Optional[str]):
+    """``torch.autocast`` in ``amp`` (``'bf16'`` or ``'fp16'``), or
+    nothing."""
+    if amp is None:
+        return nullcontext()
+    dtype = torch.bfloat16 if amp == 'bf16' else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def inference_call(module: torch.nn.Module, x: Any, device: torch.device,
+                   amp: Optional[str]) -> Callable[[], Any]:
+    """One call of ``module(x)`` without gradients, under ``amp``."""
+
+    def run():
+        with torch.no_grad(), autocast(device, amp):
+            return module(x)
+
+    return run
+
+
+def backward_call(module: torch.nn.Module, x: Any, device: torch.device,
+                  amp: Optional[str]) -> Callable[[], None]:
+    """Forward of ``module(x)`` in training mode and backward of its
+    summed output (or outputs), with the gradients of the parameters and
+    of the tensors in ``x`` that require one cleared after."""
+    leaves = [t for t in list(module.parameters()) + list(
+        x if isinstance(x, list) else [x]) if t.requires_grad]
+
+    def run():
+        module.train()
+        try:
+            with autocast(device, amp):
+                out = module(x)
+            outs = [out] if isinstance(out, torch.Tensor) else out
+            sum(o.float().sum() for o in outs).backward()
+        finally:
+            module.eval()
+            for t in leaves:
+                t.grad = None
+
+    return run
+
+
+def time_interleaved(fns: Dict[str, Callable[[], object]],
+                     device: torch.device,
+                     repeats: int = 10,
+                     warmup: int = 2,
+                     max_seconds: Optional[float] = None,
+                     settle: bool = True,
+                     clock: Callable[[], float] = time.perf_counter
+                     ) -> Dict[str, List[float]]:
+    """Seconds of each timed call of every function in ``fns``.
+
+    After up to ``warmup`` untimed calls each (one, for calls slower than
+    a second), the functions are called in rounds -- one timed call of
+    each per round, ``repeats`` rounds -- so a change in machine load
+    during the run affects all of them alike. With ``settle``, each timed
+    call follows an untimed call of the same function: what is timed is
+    that function in steady use, not its first call after another one
+    evicted the caches and left the allocator to fetch fresh pages from
+    the system (which on a CPU costs a small decoder more than its
+    compute). Functions slower than a second are not settled. With
+    ``max_seconds``, a function stops being timed once that much timed
+    time was spent on it, after at least 3 calls -- or after one, when
+    that one call alone took longer (a single minutes-long call is
+    already a stable figure). ``clock`` reads seconds (a stand-in clock
+    makes the schedule testable without timing anything).
+    """
+    if repeats < 1:
+        raise ValueError(f'repeats must be >= 1, got {repeats}')
+
+    def call(fn: Callable[[], object]) -> float:
+        start = clock()
+        fn()
+        synchronize(device)
+        return clock() - start
+
+    for fn in fns.values():
+        for _ in range(warmup):
+            if call(fn) > SLOW_CALL:
+                break  # a call this slow is past any warm-up effect
+    times: Dict[str, List[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            done = times[name]
+            if max_seconds is not None and done and (
+                    done[0] >= max_seconds
+                    or (len(done) >= 3 and sum(done) >= max_seconds)):
+                continue
+            if settle and (not done or done[-1] <= SLOW_CALL):
+                call(fn)
+            done.append(call(fn))
+    return times

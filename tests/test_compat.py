@@ -11,6 +11,9 @@ import torch
 
 from mmseg_whitebox import compat
 
+#: the OpenMMLab stack of this environment ('default' or 'onedl')
+STACK = compat.stack()['name']
+
 
 def test_apply_is_idempotent_and_reports_status():
     first = compat.apply()
@@ -55,8 +58,13 @@ def test_torchvision_shim_not_needed_once_imported():
     assert compat.torchvision_needs_shim() is False
 
 
-@pytest.mark.skipif(not compat.STATUS.get('mmcv_ops_shim'),
-                    reason='compiled mmcv installed: stand-in not used')
+needs_mmcv_ops_standin = pytest.mark.skipif(
+    not compat.STATUS.get('mmcv_ops_shim'),
+    reason=f'{STACK} stack: no mmcv.ops stand-in here (a compiled mmcv, or '
+    'the onedl fork, whose mmseg guards its mmcv.ops imports)')
+
+
+@needs_mmcv_ops_standin
 def test_mmcv_ops_standin_with_mmcv_lite():
     import mmcv.ops
     assert getattr(mmcv.ops, '__mmseg_whitebox_shim__', False)
@@ -73,27 +81,27 @@ def test_mmcv_ops_standin_with_mmcv_lite():
     importlib.import_module('mmseg.models.decode_heads.point_head')
 
 
-needs_mmcv_ops_standin = pytest.mark.skipif(
-    not compat.STATUS.get('mmcv_ops_shim'),
-    reason='compiled mmcv installed: stand-in not used')
-
-
 @needs_mmcv_ops_standin
 def test_mmcv_ops_standin_has_a_spec():
+    """The startup hook hands this spec to the import system; submodules
+    resolve from mmcv's own ops folder."""
     import mmcv.ops
-    spec = importlib.util.find_spec('mmcv.ops')  # raised ValueError before
+    spec = importlib.util.find_spec('mmcv.ops')
     assert spec is not None and spec is mmcv.ops.__spec__
     assert spec.name == 'mmcv.ops'
     assert spec.loader is not None
     ops_dir = os.path.join(os.path.dirname(sys.modules['mmcv'].__file__),
                            'ops')
     assert spec.submodule_search_locations == [ops_dir]
-    # submodules still resolve from mmcv's own ops folder
     sub = importlib.util.find_spec('mmcv.ops.point_sample')
     assert sub is not None and sub.origin.startswith(ops_dir)
 
 
 def _names_imported_from_mmcv_ops(package_dir):
+    """Names imported from ``mmcv.ops`` when a module of ``package_dir`` is
+    imported (module level, also inside ``try``/``if``); imports inside
+    functions run only when called, and mmseg, mmengine and mmcv check for
+    a compiled mmcv before them."""
     names = set()
     for root, _, files in os.walk(package_dir):
         for fname in files:
@@ -101,17 +109,23 @@ def _names_imported_from_mmcv_ops(package_dir):
                 continue
             with open(os.path.join(root, fname), encoding='utf-8') as f:
                 tree = ast.parse(f.read())
-            for node in ast.walk(tree):
+            todo = list(tree.body)
+            while todo:
+                node = todo.pop()
                 if isinstance(node, ast.ImportFrom) and \
                         node.module == 'mmcv.ops':
                     names.update(a.name for a in node.names)
+                elif not isinstance(node, (ast.FunctionDef,
+                                           ast.AsyncFunctionDef)):
+                    todo.extend(ast.iter_child_nodes(node))
     return names
 
 
 @needs_mmcv_ops_standin
-def test_mmcv_ops_standin_has_every_name_the_stack_imports():
+def test_mmcv_ops_standin_has_exactly_what_the_stack_imports():
+    """Every name mmseg, mmengine and mmcv's bricks import from mmcv.ops
+    on import, and nothing else."""
     import mmcv
-    import mmcv.ops
     import mmengine
     import mmseg
     used = set()
@@ -119,12 +133,10 @@ def test_mmcv_ops_standin_has_every_name_the_stack_imports():
                     os.path.dirname(mmengine.__file__),
                     os.path.join(os.path.dirname(mmcv.__file__), 'cnn')):
         used |= _names_imported_from_mmcv_ops(pkg_dir)
-    # what mmcv.utils.env asks for is only read when collecting env info
-    used -= {'get_compiler_version', 'get_compiling_cuda_version'}
-    assert {'DeformConv2d', 'ModulatedDeformConv2d', 'point_sample',
-            'sigmoid_focal_loss'} <= used
-    missing = sorted(n for n in used if not hasattr(mmcv.ops, n))
-    assert not missing, f'stand-in mmcv.ops lacks {missing}'
+    assert used == {'point_sample', *compat.COMPILED_MMCV_OPS}
+    ops = importlib.import_module('mmcv.ops')
+    assert sorted(ops.__all__) == sorted(used)
+    assert all(hasattr(ops, name) for name in used)
 
 
 @needs_mmcv_ops_standin
@@ -132,84 +144,41 @@ def test_mmcv_ops_standin_has_every_name_the_stack_imports():
 def test_mmcv_ops_standin_classes_import_and_fail_when_used(name):
     ops = importlib.import_module('mmcv.ops')
     cls = getattr(ops, name)
-    assert name in ops.__all__
     assert isinstance(cls, type) and issubclass(cls, torch.nn.Module)
     assert cls.__name__ == name and cls.__module__ == 'mmcv.ops'
-    # isinstance checks (mmengine's optimizer constructor) just say no
     assert not isinstance(torch.nn.Conv2d(1, 1, 1), cls)
     with pytest.raises(NotImplementedError,
                        match=f'mmcv.ops.{name} .*mmcv-lite.*install'):
-        cls(4, 4, 3)
+        cls(4)
 
     class Sub(cls):  # subclassing works, building still fails
 
         def __init__(self):
-            super().__init__(4, 4, 3)
+            super().__init__(4)
 
     with pytest.raises(NotImplementedError, match='mmcv-lite'):
         Sub()
 
 
-@needs_mmcv_ops_standin
-def test_mmcv_ops_standin_dcn_names():
-    from mmcv.ops import (DeformConv2d, DeformConv2dPack,
-                          ModulatedDeformConv2d, ModulatedDeformConv2dPack,
-                          deform_conv2d, modulated_deform_conv2d)
-    # the class tree is mmcv's
-    assert issubclass(DeformConv2dPack, DeformConv2d)
-    assert issubclass(ModulatedDeformConv2dPack, ModulatedDeformConv2d)
-    for fn in (deform_conv2d, modulated_deform_conv2d):
-        with pytest.raises(NotImplementedError, match='mmcv-lite'):
-            fn(torch.zeros(1, 1, 3, 3))
+def test_mmcv_ops_standin_only_where_mmseg_needs_it(monkeypatch):
+    """Not with a compiled mmcv, nor with the onedl fork's mmseg; then
+    patch_mmcv_ops leaves mmcv.ops alone."""
+    find_spec = importlib.util.find_spec
 
+    def environment(compiled_mmcv, onedl_mmseg):
+        monkeypatch.setattr(
+            compat.importlib.util, 'find_spec',
+            lambda name, *a: (object() if compiled_mmcv else None)
+            if name == 'mmcv._ext' else find_spec(name, *a))
+        monkeypatch.setattr(
+            compat, '_dist_version', lambda dist: '1.4.2' if onedl_mmseg
+            and dist == 'onedl-mmsegmentation' else None)
+        return compat.mmcv_ops_standin_needed()
 
-@needs_mmcv_ops_standin
-@pytest.mark.parametrize('type_, cls_name', [
-    ('DCN', 'DeformConv2dPack'), ('DCNv2', 'ModulatedDeformConv2dPack')])
-def test_mmcv_ops_standin_dcn_configs_fail_clearly(type_, cls_name):
-    import mmcv.ops
-    from mmcv.cnn import build_conv_layer
-    from mmengine.registry import MODELS as MMENGINE_MODELS
-    from mmseg.registry import MODELS
-    assert MMENGINE_MODELS.get(type_) is getattr(mmcv.ops, cls_name)
-    assert MODELS.get(type_) is getattr(mmcv.ops, cls_name)
-    # mmcv's builder (what mmseg's ResNet uses for dcn=...) ...
-    with pytest.raises(NotImplementedError, match=f'{cls_name} .*mmcv-lite'):
-        build_conv_layer(dict(type=type_, deform_groups=1), 8, 8, 3,
-                         padding=1)
-    # ... mmseg's registry ...
-    with pytest.raises(NotImplementedError, match='mmcv-lite'):
-        MODELS.build(dict(type=type_, in_channels=8, out_channels=8,
-                          kernel_size=3))
-    # ... and a config of mmseg's ResNet with DCN
-    from mmseg.models.backbones.resnet import Bottleneck
-    with pytest.raises(NotImplementedError, match='mmcv-lite'):
-        Bottleneck(64, 16, dcn=dict(type=type_, deform_groups=1,
-                                    fallback_on_stride=False))
-
-
-@needs_mmcv_ops_standin
-def test_mmcv_ops_standin_registration_keeps_real_entries():
-    from mmengine.registry import Registry
-    registry = Registry('standin-test')
-
-    class Real(torch.nn.Module):
-        pass
-
-    registry.register_module(name='DCN', module=Real)
-    compat._register_standin(registry, 'DCN',
-                             compat._missing_op_class('X', torch.nn.Module))
-    assert registry.get('DCN') is Real
-    first = compat._missing_op_class('Y', torch.nn.Module)
-    second = compat._missing_op_class('Y', torch.nn.Module)
-    compat._register_standin(registry, 'Y', first)
-    compat._register_standin(registry, 'Y', second)  # replaces a stand-in
-    assert registry.get('Y') is second
-
-
-def test_mmcv_ops_standin_skipped_with_compiled_mmcv(monkeypatch):
+    assert environment(compiled_mmcv=False, onedl_mmseg=False) is True
+    assert environment(compiled_mmcv=True, onedl_mmseg=False) is False
+    assert environment(compiled_mmcv=False, onedl_mmseg=True) is False
     monkeypatch.delitem(sys.modules, 'mmcv.ops', raising=False)
-    monkeypatch.setattr(compat, 'mmcv_has_compiled_ops', lambda: True)
     assert compat.patch_mmcv_ops() is False
     assert 'mmcv.ops' not in sys.modules
 

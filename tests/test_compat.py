@@ -1,18 +1,162 @@
-"""The compatibility layer: what it patches, and that it leaves alone what
-does not need patching."""
+"""The compatibility layer: what breaks without each fix on this stack
+(the probes of ``_compat_probes.py`` in a fresh interpreter with no fix:
+the startup hook off, ``mmseg_whitebox`` never imported) and that the same
+probes succeed with it (this process, after ``import mmseg_whitebox``);
+what it patches, and that it leaves alone what does not need patching."""
 import ast
 import importlib
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 
 import pytest
 import torch
 
-from mmseg_whitebox import compat
+import _compat_probes as probes
+from mmseg_whitebox import compat, startup
 
 #: the OpenMMLab stack of this environment ('default' or 'onedl')
 STACK = compat.stack()['name']
+TORCHVISION_MISSING_OP = ('RuntimeError: operator torchvision::nms does not '
+                          'exist')
+NO_MMCV_EXT = "ModuleNotFoundError: No module named 'mmcv._ext'"
+
+
+def _probe_files(folder) -> list:
+    """Fresh evil checkpoints (one per unsafe probe, each with the file its
+    payload would create) and a project checkpoint, as probe_all takes."""
+    files = []
+    for name in ('local', 'fallback'):
+        path, marker = folder / f'{name}.pth', folder / f'{name}_ran'
+        probes.write_evil_checkpoint(str(path), str(marker))
+        files += [str(path), str(marker)]
+    probes.write_project_checkpoint(str(folder / 'project.pth'))
+    return files + [str(folder / 'project.pth')]
+
+
+@pytest.fixture(scope='module')
+def unfixed(tmp_path_factory):
+    """The probes without any fix, in a fresh interpreter."""
+    folder = tmp_path_factory.mktemp('unfixed')
+    out = folder / 'report.json'
+    env = dict(os.environ, **{startup.DISABLE_ENV: '0'})
+    env.pop('PYTHONPATH', None)
+    proc = subprocess.run(
+        [sys.executable, probes.__file__, str(out)] + _probe_files(folder),
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    # nothing of the package ran but the compat module the probe loads
+    # itself, after the no-fix probes
+    assert report['mmseg_whitebox modules'] == ['mmseg_whitebox.compat']
+    return report
+
+
+@pytest.fixture(scope='module')
+def fixed(tmp_path_factory):
+    """The same probes here, where ``import mmseg_whitebox`` applied the
+    fixes this stack needs."""
+    return probes.probe_all(*_probe_files(tmp_path_factory.mktemp('fixed')))
+
+
+def test_without_torchvision_shim_torchvision_and_mmseg_fail(unfixed, fixed):
+    """Both stacks: the PyPI torchvision that pip pairs with CPU torch
+    2.13 is built for CUDA; ``import torchvision``, ``timm`` and (through
+    mmseg's timm wrapper, which only catches ImportError) ``mmseg.models``
+    fail."""
+    if unfixed['import torchvision'] == 'ok':
+        assert compat.STATUS['torchvision_shim'] is False
+        pytest.skip(f'{STACK} stack with a torchvision whose ops load here: '
+                    'the shim is not applied')
+    assert unfixed['import torchvision'] == TORCHVISION_MISSING_OP
+    # mmseg.models with every other fix
+    assert unfixed['import mmseg.models after mmcv_ops_shim'][
+        'outcome'] == TORCHVISION_MISSING_OP
+    assert compat.STATUS['torchvision_shim'] is True
+    assert fixed['import torchvision'] == fixed['import mmseg.models'] == 'ok'
+    assert unfixed['import mmseg.models after torchvision_shim'][
+        'outcome'] == 'ok'
+
+
+def test_without_mmcv_ops_standin_mmseg_fails(unfixed, fixed):
+    """Default stack: with mmcv-lite, ``import mmcv.ops`` fails and
+    mmsegmentation 1.2.2 imports it at module level, so ``import
+    mmseg.models`` fails."""
+    assert unfixed['import mmcv.ops'] == NO_MMCV_EXT
+    if STACK == 'onedl':
+        # the torchvision fix alone makes mmseg.models import
+        assert unfixed['import mmseg.models after mmcv_ops_shim'][
+            'applied'] is False
+        assert unfixed['import mmseg.models after torchvision_shim'] == {
+            'applied': True, 'outcome': 'ok'}
+        assert compat.STATUS['mmcv_ops_shim'] is False
+        pytest.skip('onedl stack: onedl-mmsegmentation guards its mmcv.ops '
+                    'imports, mmseg.models imports without the stand-in '
+                    '(not applied)')
+    assert unfixed['import mmseg.models'] == NO_MMCV_EXT
+    assert compat.STATUS['mmcv_ops_shim'] is True
+    assert fixed['import mmcv.ops'] == fixed['import mmseg.models'] == 'ok'
+
+
+def test_without_weights_only_loader_unsafe_checkpoints_load(unfixed, fixed):
+    """onedl: mmengine's local loader unpickles a refused checkpoint fully
+    (the payload runs). Default: torch 2.13's own weights-only default
+    refuses it (an UnpicklingError that names no way out); the fix's
+    refusal says how to convert a trusted file."""
+    expected = ({'outcome': 'loaded', 'payload_ran': True}
+                if STACK == 'onedl' else
+                {'outcome': 'UnpicklingError', 'payload_ran': False})
+    assert unfixed['local unsafe load'] == expected
+    assert compat.STATUS['weights_only_loader'] is True
+    assert fixed['local unsafe load'] == {'outcome': 'UnsafeCheckpointError',
+                                          'payload_ran': False}
+
+
+def test_without_weights_only_loader_resumed_state_is_lost(unfixed, fixed):
+    """Both stacks: this project's checkpoints hold the training state as
+    plain data; without the decoding loader a resumed run drops the
+    message hub's logged scalars and gets numpy values as tagged dicts."""
+    assert unfixed['project checkpoint'] == {
+        'loss_loads_as': 'dict', 'best_score_loads_as': 'dict',
+        'resumed_scalars': []}
+    assert fixed['project checkpoint'] == {
+        'loss_loads_as': 'HistoryBuffer', 'best_score_loads_as': 'float64',
+        'resumed_scalars': ['train/loss']}
+
+
+def test_without_no_unsafe_load_fallback_code_runs(unfixed, fixed):
+    """onedl: ``_safe_torch_load`` (behind the fork's ``openmmlab://`` and
+    ``pavi://`` loaders) retries a refused load with full unpickling."""
+    if STACK != 'onedl':
+        assert unfixed['fallback unsafe load'] == {'outcome': 'absent'}
+        assert compat.STATUS['no_unsafe_load_fallback'] is False
+        pytest.skip(f'{STACK} stack: mmengine {compat.stack().get("mmengine")}'
+                    ' has no _safe_torch_load fallback (fix not applied)')
+    assert unfixed['fallback unsafe load'] == {'outcome': 'loaded',
+                                               'payload_ran': True}
+    assert compat.STATUS['no_unsafe_load_fallback'] is True
+    assert fixed['fallback unsafe load'] == {
+        'outcome': 'UnsafeCheckpointError', 'payload_ran': False}
+
+
+def test_without_resume_replay_resumed_run_differs(unfixed, fixed):
+    """onedl: ``--resume`` skips the trained batches without loading them
+    and draws the data iterator's seed after the restore, so the next
+    batch's random transform and the model's random draw differ from the
+    uninterrupted run's."""
+    if STACK != 'onedl':
+        assert unfixed['resume'] == {'skip_iter': False}
+        assert compat.STATUS['resume_replays_skipped_batches'] is False
+        pytest.skip(f'{STACK} stack: mmengine {compat.stack().get("mmengine")}'
+                    ' loads the skipped batches itself (fix not applied)')
+    assert unfixed['resume'] == {'skip_iter': True, 'loads_while_skipping': 0,
+                                 'same_batch': False,
+                                 'same_model_draw': False}
+    assert compat.STATUS['resume_replays_skipped_batches'] is True
+    assert fixed['resume'] == {'skip_iter': True, 'loads_while_skipping': 4,
+                               'same_batch': True, 'same_model_draw': True}
 
 
 def test_apply_is_idempotent_and_reports_status():
@@ -187,44 +331,3 @@ def test_checkpoint_loader_is_weights_only():
     from mmengine.runner.checkpoint import CheckpointLoader
     loader = CheckpointLoader._get_checkpoint_loader('/some/local.pth')
     assert loader is compat.load_from_local_weights_only
-
-
-class CountingDataset(torch.utils.data.Dataset):
-    """Counts how often an item is loaded (the pipeline runs)."""
-
-    def __init__(self):
-        self.loads = 0
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, index):
-        self.loads += 1
-        return index
-
-
-def test_resume_loads_the_skipped_batches():
-    """Resuming iteration ``n`` runs the data pipeline for the ``n``
-    skipped batches, as mmengine 0.10.7 does (so random transforms draw
-    the same numbers as in an uninterrupted run)."""
-    from mmengine.dataset import InfiniteSampler
-    from mmengine.runner import loops
-    dataset = CountingDataset()
-
-    def iterator():  # a new sampler: a new run
-        return loops._InfiniteDataloaderIterator(torch.utils.data.DataLoader(
-            dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0)))
-
-    straight = iterator()
-    expected = [next(straight).tolist() for _ in range(3)]
-    dataset.loads = 0
-    resumed = iterator()
-    if hasattr(resumed, 'skip_iter'):
-        assert compat.STATUS['resume_replays_skipped_batches'] is True
-        resumed.skip_iter(2)
-    else:  # mmengine 0.10.7: its loop calls next() for each skipped batch
-        assert compat.STATUS['resume_replays_skipped_batches'] is False
-        for _ in range(2):
-            next(resumed)
-    assert dataset.loads == 4
-    assert next(resumed).tolist() == expected[2]

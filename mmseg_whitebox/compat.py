@@ -26,7 +26,9 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     compiled ops as a function and classes that import fine and raise a
     clear error when used. Skipped when a compiled mmcv is installed, and
     on the onedl fork, whose mmseg guards these imports and reports a
-    missing op itself (its messages name onedl-mmcv, not mmcv).
+    missing op itself (its messages name onedl-mmcv, not mmcv). Without
+    compiled ops, on either stack, mmcv's import-time warning that
+    MultiScaleDeformableAttention is missing is silenced.
 
 ``checkpoint loading``
     The fix registers mmengine's local checkpoint loader anew: it always
@@ -171,14 +173,23 @@ def patch_torchvision() -> bool:
     return True
 
 
+def mmcv_without_compiled_ops() -> bool:
+    """True if mmcv is installed without its compiled ``mmcv._ext``
+    (mmcv-lite; onedl-mmcv built without ops)."""
+    return importlib.util.find_spec('mmcv') is not None and \
+        importlib.util.find_spec('mmcv._ext') is None
+
+
 def mmcv_ops_standin_needed() -> bool:
-    """True if mmcv is installed without its compiled ops (mmcv-lite) and
-    mmseg is mmsegmentation, whose modules import ``mmcv.ops`` at module
-    level. The onedl fork (onedl-mmsegmentation) guards those imports."""
-    if importlib.util.find_spec('mmcv') is None or \
-            importlib.util.find_spec('mmcv._ext') is not None:
-        return False
-    return _dist_version(STACKS['onedl'][0]) is None
+    """True if mmcv has no compiled ops and mmseg is mmsegmentation, whose
+    modules import ``mmcv.ops`` at module level. The onedl fork
+    (onedl-mmsegmentation) guards those imports."""
+    return mmcv_without_compiled_ops() and \
+        _dist_version(STACKS['onedl'][0]) is None
+
+
+#: what mmcv's transformer bricks warn on import without compiled ops
+MSDA_WARNING = 'Fail to import ``MultiScaleDeformableAttention``'
 
 
 def _is_standin(module: Any) -> bool:
@@ -230,10 +241,19 @@ def patch_mmcv_ops() -> bool:
     """Install a stand-in ``mmcv.ops`` package when only mmcv-lite exists.
 
     Returns True if installed, False if not needed
-    (:func:`mmcv_ops_standin_needed`).
+    (:func:`mmcv_ops_standin_needed`). Without compiled ops (either stack)
+    mmcv's warning that MultiScaleDeformableAttention is missing is
+    silenced.
     """
     if _is_standin(sys.modules.get('mmcv.ops')):
         return True
+    if mmcv_without_compiled_ops():
+        # mmcv's transformer bricks (imported by mmseg's models) warn that
+        # this compiled op is missing and to install mmcv "rather than
+        # mmcv-lite": expected here, on either stack, and it would come
+        # before every tool's one-line error message
+        warnings.filterwarnings('ignore', message=MSDA_WARNING,
+                                category=UserWarning)
     if not mmcv_ops_standin_needed():
         return False
     import mmcv
@@ -265,11 +285,6 @@ def patch_mmcv_ops() -> bool:
     for name in COMPILED_MMCV_CLASSES:
         setattr(ops, name, _missing_op_class(name))
     ops.__all__ = ['point_sample'] + list(COMPILED_MMCV_OPS)
-    # mmcv.cnn warns on import that it cannot find this compiled op; with
-    # mmcv-lite that is expected and says nothing new
-    warnings.filterwarnings(
-        'ignore', message='Fail to import ``MultiScaleDeformableAttention``',
-        category=UserWarning)
     return True
 
 

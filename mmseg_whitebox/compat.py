@@ -46,9 +46,10 @@ anything imports mmseg, and applies only the fixes a given environment needs:
 
 ``mmengine's weights-only fallback`` (onedl-mmengine only)
     The maintained fork's ``mmengine.runner.checkpoint._safe_torch_load``,
-    which its other loaders (``s3://``, ``pavi://``, ``openmmlab://`` from
-    the mmengine home, ...) call, retries a refused weights-only load with
-    ``weights_only=False``, i.e. it unpickles whatever the file holds. The
+    which its other loaders (``pavi://``, ``openmmlab://`` from the
+    mmengine home, ...) call with a file path, retries a refused
+    weights-only load with ``weights_only=False``, i.e. it unpickles
+    whatever the file holds. The
     fix replaces it with the same weights-only load and refusal as local
     files. Skipped on mmengine 0.10.7, whose loaders call ``torch.load``
     without that fallback (weights-only by default since torch 2.6).

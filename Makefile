@@ -67,16 +67,15 @@ define install_onedl
 	         for e in '$(EXTRAS)'.split(',')))))")
 endef
 
-$(STAMP): $(PY) requirements.txt $(STACK_CONSTRAINTS) pyproject.toml mmseg_whitebox/startup.py
+$(STAMP): $(PY) requirements.txt $(STACK_CONSTRAINTS) pyproject.toml
 	@# torch first and alone, so pip takes the CPU build (see constraints.txt);
 	@# an existing torch (e.g. a CUDA build) is kept
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) torch==2.13.0
 	$(install_$(STACK))
-	@# startup hook (mmseg_whitebox_startup.pth in site-packages): the compat
-	@# fixes on first import of torchvision/mmcv.ops/mmengine, so import
-	@# order never matters; remove with -m mmseg_whitebox.startup --uninstall
-	$(PY) -m mmseg_whitebox.startup --install
 	$(PY) -c "import mmseg_whitebox, mmseg.models; print('mmseg_whitebox', mmseg_whitebox.__version__, 'compat:', mmseg_whitebox.compat.STATUS)"
+	@# the startup hook is opt-in (docs/install.md): nothing is written into
+	@# site-packages besides the packages
+	@echo "import order: import mmseg_whitebox before timm/torchvision/mmseg.apis, or opt into the startup hook: $(PY) -m mmseg_whitebox.startup --install (--status says what it does)"
 	touch $(STAMP)
 
 demo: $(STAMP)

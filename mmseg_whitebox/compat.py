@@ -16,34 +16,40 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     for, with kernels that raise a clear error. Skipped when the op library
     loads (a CUDA torch with its torchvision) or torchvision is absent.
 
-``mmcv.ops``
-    mmcv-lite ships no compiled ``mmcv._ext``, so ``import mmcv.ops`` fails
-    and mmseg modules that import from it at module level (point_sample,
-    sigmoid_focal_loss, ...) cannot be imported. The fix installs a
-    stand-in ``mmcv.ops`` package (with a proper ``__spec__``) that keeps
-    the real pure-PyTorch submodules importable and provides every compiled
-    op mmseg, mmengine and mmcv's bricks import (``DeformConv2dPack``,
-    ``sigmoid_focal_loss``, ...): functions and classes that import fine
-    and raise a clear error when used. The ops mmcv registers in mmengine's
-    ``MODELS`` (``DCN``, ``DCNv2``, ...) are registered the same way, so
-    ``dcn=dict(type='DCN')`` fails with that error too. Skipped when a
-    compiled mmcv is installed.
+``mmcv.ops`` (mmsegmentation only)
+    mmcv-lite ships no compiled ``mmcv._ext``, so ``import mmcv.ops`` fails,
+    and mmsegmentation 1.2.2 imports from it at module level (point_sample,
+    sigmoid_focal_loss, CrissCrossAttention, PSAMask), so ``import
+    mmseg.models`` fails. The fix installs a stand-in ``mmcv.ops`` package
+    (with a proper ``__spec__``) that keeps the real pure-PyTorch
+    submodules importable (``point_sample`` works) and provides those
+    compiled ops as a function and classes that import fine and raise a
+    clear error when used. Skipped when a compiled mmcv is installed, and
+    on the onedl fork, whose mmseg guards these imports and reports a
+    missing op itself (its messages name onedl-mmcv, not mmcv). Without
+    compiled ops, on either stack, mmcv's import-time warning that
+    MultiScaleDeformableAttention is missing is silenced.
 
 ``checkpoint loading``
-    mmengine loads local checkpoints with a bare ``torch.load``. The fix
-    registers a local loader that always passes ``weights_only=True`` (also
-    on torch < 2.6, where that was not the default) and decodes the
-    weights-only-safe checkpoints this project writes (see
-    :mod:`mmseg_whitebox.utils.checkpoint_codec`). A file that needs full
-    unpickling is refused with an error that says how to convert it
-    (``python -m mmseg_whitebox weights-only``, from any directory);
-    the protection is never switched off.
+    The fix registers mmengine's local checkpoint loader anew: it always
+    passes ``weights_only=True`` and decodes the weights-only-safe
+    checkpoints this project writes (see
+    :mod:`mmseg_whitebox.utils.checkpoint_codec`); without the decoding, a
+    resumed run drops the message hub's logged scalars and gets numpy
+    values back as tagged dicts. A file that needs full unpickling is
+    refused with an error that says how to convert it (``python -m
+    mmseg_whitebox weights-only``, from any directory); the
+    protection is never switched off. mmengine 0.10.7 calls a bare
+    ``torch.load``, weights-only by default since torch 2.6;
+    onedl-mmengine's local loader retries a refused load with
+    ``weights_only=False`` (see the next fix).
 
 ``mmengine's weights-only fallback`` (onedl-mmengine only)
     The maintained fork's ``mmengine.runner.checkpoint._safe_torch_load``,
-    which its other loaders (``s3://``, ``pavi://``, ``openmmlab://`` from
-    the mmengine home, ...) call, retries a refused weights-only load with
-    ``weights_only=False``, i.e. it unpickles whatever the file holds. The
+    which its other loaders (``pavi://``, ``openmmlab://`` from the
+    mmengine home, ...) call with a file path, retries a refused
+    weights-only load with ``weights_only=False``, i.e. it unpickles
+    whatever the file holds. The
     fix replaces it with the same weights-only load and refusal as local
     files. Skipped on mmengine 0.10.7, whose loaders call ``torch.load``
     without that fallback (weights-only by default since torch 2.6).
@@ -63,9 +69,11 @@ anything imports mmseg, and applies only the fixes a given environment needs:
 (:func:`stack`: ``default`` = mmsegmentation 1.2.2 / mmengine / mmcv-lite,
 ``onedl`` = the onedl-* fork).
 
-In the default install a startup hook (:mod:`mmseg_whitebox.startup`)
-applies each fix when what it fixes is first imported, so the order of
-imports never matters; :func:`apply` then finds them in place.
+A startup hook that users opt into (:mod:`mmseg_whitebox.startup`,
+``python -m mmseg_whitebox.startup --install``) applies each fix when what
+it fixes is first imported, for scripts that import torchvision, timm or
+``mmseg.apis`` before this package; :func:`apply` then finds them in
+place.
 """
 from __future__ import annotations
 
@@ -83,32 +91,17 @@ from typing import Any, Callable, Dict
 
 import torch
 
-# What mmseg 1.2.2, mmengine 0.10.7 and mmcv's own cnn bricks take from
-# ``mmcv.ops`` that needs the compiled extension; everything pure-Python
-# (point_sample) is resolved from the real submodules.
+# The compiled ops mmsegmentation 1.2.2 imports from ``mmcv.ops`` at
+# module level (everything else mmseg, mmengine and mmcv's cnn bricks take
+# from it is imported inside functions that first check for a compiled
+# mmcv); point_sample is pure PyTorch and comes from the real submodule.
 #: functions: calling one raises the stand-in's error
-COMPILED_MMCV_FUNCTIONS = ('sigmoid_focal_loss', 'deform_conv2d',
-                           'modulated_deform_conv2d')
-#: ``nn.Module`` classes, as ``name: (base class name or None, name mmcv
-#: registers it under in mmengine's MODELS registry or None)``. The stand-ins
-#: are real classes (``isinstance`` checks and subclassing work, as in
-#: mmengine's optimizer constructor); creating an instance raises. Those
-#: mmcv registers are registered too, so a config such as
-#: ``dcn=dict(type='DCN')`` fails with the same clear error.
-COMPILED_MMCV_CLASSES = {
-    'DeformConv2d': (None, None),
-    'DeformConv2dPack': ('DeformConv2d', 'DCN'),
-    'ModulatedDeformConv2d': (None, None),
-    'ModulatedDeformConv2dPack': ('ModulatedDeformConv2d', 'DCNv2'),
-    'CrissCrossAttention': (None, 'CrissCrossAttention'),
-    'PSAMask': (None, None),
-    'SyncBatchNorm': (None, 'MMSyncBN'),
-    'CARAFEPack': (None, 'carafe'),
-    'SAConv2d': (None, 'SAC'),
-    'MultiScaleDeformableAttention': (None, 'MultiScaleDeformableAttention'),
-}
+COMPILED_MMCV_FUNCTIONS = ('sigmoid_focal_loss', )
+#: ``nn.Module`` classes: real classes (``isinstance`` checks and
+#: subclassing work); creating an instance raises
+COMPILED_MMCV_CLASSES = ('CrissCrossAttention', 'PSAMask')
 #: every compiled op the stand-in provides
-COMPILED_MMCV_OPS = COMPILED_MMCV_FUNCTIONS + tuple(COMPILED_MMCV_CLASSES)
+COMPILED_MMCV_OPS = COMPILED_MMCV_FUNCTIONS + COMPILED_MMCV_CLASSES
 
 #: how to convert a checkpoint that is refused on load (see
 #: ``tools/model_converters/weights_only.py``)
@@ -181,14 +174,23 @@ def patch_torchvision() -> bool:
     return True
 
 
-def mmcv_has_compiled_ops() -> bool:
-    """True if ``mmcv.ops`` imports (a full mmcv build) and is not the
-    stand-in."""
-    try:
-        ops = importlib.import_module('mmcv.ops')
-    except ImportError:
-        return False
-    return not _is_standin(ops)
+def mmcv_without_compiled_ops() -> bool:
+    """True if mmcv is installed without its compiled ``mmcv._ext``
+    (mmcv-lite; onedl-mmcv built without ops)."""
+    return importlib.util.find_spec('mmcv') is not None and \
+        importlib.util.find_spec('mmcv._ext') is None
+
+
+def mmcv_ops_standin_needed() -> bool:
+    """True if mmcv has no compiled ops and mmseg is mmsegmentation, whose
+    modules import ``mmcv.ops`` at module level. The onedl fork
+    (onedl-mmsegmentation) guards those imports."""
+    return mmcv_without_compiled_ops() and \
+        _dist_version(STACKS['onedl'][0]) is None
+
+
+#: what mmcv's transformer bricks warn on import without compiled ops
+MSDA_WARNING = 'Fail to import ``MultiScaleDeformableAttention``'
 
 
 def _is_standin(module: Any) -> bool:
@@ -217,7 +219,7 @@ class _StandinLoader(importlib.abc.Loader):
         return True
 
 
-def _missing_op_class(name: str, base: type) -> type:
+def _missing_op_class(name: str) -> type:
     """An ``nn.Module`` subclass named like mmcv's compiled op ``name``
     whose instantiation raises the stand-in's error."""
     what = f'mmcv.ops.{name}'
@@ -226,7 +228,7 @@ def _missing_op_class(name: str, base: type) -> type:
         raise NotImplementedError(f'{what} is not available here: '
                                   f'{_MMCV_OPS_HOW}')
 
-    return type(name, (base, ), {
+    return type(name, (torch.nn.Module, ), {
         '__new__': __new__,
         '__module__': 'mmcv.ops',
         '__qualname__': name,
@@ -236,30 +238,25 @@ def _missing_op_class(name: str, base: type) -> type:
     })
 
 
-def _register_standin(registry: Any, name: str, cls: type) -> None:
-    """Register ``cls`` as ``name`` unless something other than an earlier
-    stand-in holds that name."""
-    current = registry.module_dict.get(name)
-    if current is not None and not getattr(current, '__mmseg_whitebox_shim__',
-                                           False):
-        return
-    registry.register_module(name=name, module=cls, force=True)
-
-
 def patch_mmcv_ops() -> bool:
     """Install a stand-in ``mmcv.ops`` package when only mmcv-lite exists.
 
-    Returns True if installed, False if a compiled mmcv made it unneeded
-    (or mmcv is not installed at all).
+    Returns True if installed, False if not needed
+    (:func:`mmcv_ops_standin_needed`). Without compiled ops (either stack)
+    mmcv's warning that MultiScaleDeformableAttention is missing is
+    silenced.
     """
     if _is_standin(sys.modules.get('mmcv.ops')):
         return True
-    if importlib.util.find_spec('mmcv') is None or mmcv_has_compiled_ops():
+    if mmcv_without_compiled_ops():
+        # mmcv's transformer bricks (imported by mmseg's models) warn that
+        # this compiled op is missing and to install mmcv "rather than
+        # mmcv-lite": expected here, on either stack, and it would come
+        # before every tool's one-line error message
+        warnings.filterwarnings('ignore', message=MSDA_WARNING,
+                                category=UserWarning)
+    if not mmcv_ops_standin_needed():
         return False
-    # importing mmcv.ops runs the startup hook, which may have just
-    # installed the stand-in
-    if _is_standin(sys.modules.get('mmcv.ops')):
-        return True
     import mmcv
     for key in [k for k in sys.modules
                 if k == 'mmcv.ops' or k.startswith('mmcv.ops.')]:
@@ -286,22 +283,9 @@ def patch_mmcv_ops() -> bool:
     ops.point_sample = point_sample
     for name in COMPILED_MMCV_FUNCTIONS:
         setattr(ops, name, _raise_missing(f'mmcv.ops.{name}', _MMCV_OPS_HOW))
-    # mmcv registers some of its ops in mmengine's root MODELS registry
-    # when mmcv.ops imports (e.g. 'DCN', 'DCNv2' for build_conv_layer);
-    # register the stand-ins under the same names
-    from mmengine.registry import MODELS
-    for name, (base, registered_as) in COMPILED_MMCV_CLASSES.items():
-        cls = _missing_op_class(
-            name, getattr(ops, base) if base else torch.nn.Module)
-        setattr(ops, name, cls)
-        if registered_as is not None:
-            _register_standin(MODELS, registered_as, cls)
+    for name in COMPILED_MMCV_CLASSES:
+        setattr(ops, name, _missing_op_class(name))
     ops.__all__ = ['point_sample'] + list(COMPILED_MMCV_OPS)
-    # mmcv.cnn warns on import that it cannot find this compiled op; with
-    # mmcv-lite that is expected and says nothing new
-    warnings.filterwarnings(
-        'ignore', message='Fail to import ``MultiScaleDeformableAttention``',
-        category=UserWarning)
     return True
 
 
@@ -428,28 +412,29 @@ STACKS = {
 }
 
 
+def _dist_version(dist: str) -> Any:
+    """The installed version of distribution ``dist``, or None."""
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def stack() -> Dict[str, str]:
     """Which OpenMMLab stack is installed: ``{'name': 'default' | 'onedl' |
     'unknown', distribution: version, ...}`` (torch and numpy too)."""
-    from importlib import metadata
-
-    def version(dist: str) -> Any:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
     found: Dict[str, str] = {'name': 'unknown'}
     for name, (mmseg_dist, mmengine_dist, mmcv_dists) in STACKS.items():
-        if version(mmseg_dist) is None:
+        if _dist_version(mmseg_dist) is None:
             continue
         found['name'] = name
         for dist in (mmseg_dist, mmengine_dist) + mmcv_dists:
-            if version(dist) is not None:
-                found[dist] = version(dist)
+            if _dist_version(dist) is not None:
+                found[dist] = _dist_version(dist)
         break
     for dist in ('torch', 'numpy'):
-        found[dist] = version(dist)
+        found[dist] = _dist_version(dist)
     return found
 
 

@@ -1,11 +1,15 @@
-"""Startup hook: the compatibility layer where needed, whatever is imported
+"""Startup hook (opt-in): the compatibility layer whatever is imported
 first.
 
-Without it, ``import timm``, ``import torchvision`` or ``from mmseg.apis
-import ...`` fail in the default (CPU) install unless ``import
-mmseg_whitebox`` came first (see :mod:`mmseg_whitebox.compat`). The hook
-is a file ``mmseg_whitebox_startup.pth`` in the environment's
-site-packages, written by ``make install`` or::
+``import mmseg_whitebox`` applies :mod:`mmseg_whitebox.compat` itself, and
+the configs import it (``custom_imports``), so this project's tools and
+mmseg's own ``tools/train.py`` and ``tools/test.py`` need no hook. A script
+that imports torchvision, timm, ``mmseg.models`` or ``mmseg.apis`` *before*
+``mmseg_whitebox`` fails in the CPU install (``import torchvision``: the
+CUDA-built torchvision's missing ``torchvision::nms``; ``mmseg.models`` on
+mmcv-lite: no ``mmcv._ext``). Either import ``mmseg_whitebox`` first, or
+opt into this hook, a file ``mmseg_whitebox_startup.pth`` in the
+environment's site-packages::
 
     python -m mmseg_whitebox.startup --install     # --uninstall, --status
 
@@ -18,8 +22,8 @@ and does nothing until one of these is first imported:
 import                         fix of :mod:`mmseg_whitebox.compat`
 =============================  ========================================
 ``torchvision``                ``torchvision_shim``, before it loads
-``mmcv.ops``                   ``mmcv_ops_shim`` (the stand-in), only
-                               when there is no compiled ``mmcv._ext``
+``mmcv.ops``                   ``mmcv_ops_shim``: the stand-in instead
+                               of the failing import, where needed
 ``mmengine.runner.checkpoint`` ``weights_only_loader`` and
                                ``no_unsafe_load_fallback``, once it
                                loaded
@@ -29,10 +33,10 @@ import                         fix of :mod:`mmseg_whitebox.compat`
 
 Each fix is applied by the same ``mmseg_whitebox.compat`` module that
 ``import mmseg_whitebox`` uses (loaded from its file without the package,
-so nothing else is imported), so :func:`~mmseg_whitebox.compat.apply`
-finds it in place. A fix that fails is reported as a warning and the import
-goes on as without the hook. ``MMSEG_WHITEBOX_STARTUP_HOOK=0`` switches the
-hook off for one run; ``--uninstall`` (or deleting the file) removes it.
+so nothing else is imported), and only where this environment needs it, so
+:func:`~mmseg_whitebox.compat.apply` finds it in place. A fix that fails is
+reported as a warning and the import goes on as without the hook.
+``MMSEG_WHITEBOX_STARTUP_HOOK=0`` switches the hook off for one run.
 """
 from __future__ import annotations
 
@@ -156,14 +160,11 @@ class CompatFinder:
                 self.applied[fix] = compat.apply_fix(fix)
 
     def _mmcv_ops(self, fullname, fixes):
-        import importlib.util
-        if importlib.util.find_spec('mmcv._ext') is not None:
-            return None  # compiled mmcv: its own mmcv.ops
         self._apply(fixes)
         module = sys.modules.get(fullname)
         if getattr(module, '__mmseg_whitebox_shim__', False):
             return module.__spec__  # its loader hands over the stand-in
-        return None
+        return None  # not needed here: the real mmcv.ops
 
     def _after(self, fullname, path, target, fixes):
         for finder in sys.meta_path:
@@ -221,12 +222,78 @@ def pth_text() -> str:
             '    print("mmseg_whitebox startup hook not installed: %r" % e,'
             ' file=sys.stderr)\n')
     return (
-        '# mmseg_whitebox startup hook: applies mmseg_whitebox.compat\'s '
-        'fixes when torchvision,\n# mmcv.ops or mmengine.runner.checkpoint '
-        'is first imported, so import order does not matter.\n'
-        '# Remove: python -m mmseg_whitebox.startup --uninstall (or delete '
-        'this file).\n'
+        '# mmseg_whitebox startup hook (opt-in): applies mmseg_whitebox.'
+        'compat\'s fixes when\n# torchvision, mmcv.ops or mmengine is first '
+        'imported, so import order does not matter.\n'
+        '# See: python -m mmseg_whitebox.startup --status; remove: '
+        '--uninstall (or delete this file).\n'
         f'import sys; exec({code!r})\n')
+
+
+def hook_target(path: str) -> str | None:
+    """The ``startup.py`` that the ``.pth`` file ``path`` loads (None if it
+    is not one :func:`pth_text` wrote)."""
+    import ast
+    with open(path, encoding='utf-8') as f:
+        lines = [ln for ln in f if ln.startswith('import ')]
+    try:
+        call = ast.parse(lines[-1]).body[-1].value
+        code = call.args[0].value
+        line = next(ln for ln in code.splitlines()
+                    if ln.strip().startswith('p = '))
+        return ast.literal_eval(line.split('=', 1)[1].strip())
+    except (IndexError, AttributeError, StopIteration, SyntaxError,
+            ValueError):
+        return None
+
+
+def status(site_dir: str | None = None) -> str:
+    """What ``--status`` prints: whether the hook is installed in
+    ``site_dir`` and for which checkout, whether it is active here, what it
+    does, and which fixes this environment needs."""
+    path = os.path.join(site_dir or site_packages(), PTH_NAME)
+    here = os.path.join(PACKAGE_DIR, 'startup.py')
+    lines = [f'startup hook (opt-in): {path}']
+    if not os.path.exists(path):
+        lines.append('  not installed (opt in: python -m '
+                     'mmseg_whitebox.startup --install)')
+    else:
+        target = hook_target(path)
+        if target is not None and os.path.isfile(target) and \
+                os.path.samefile(target, here):
+            lines.append(f'  installed for this checkout ({target})')
+        else:
+            lines.append(f'  installed for another checkout ({target}): '
+                         'it applies nothing until this checkout\'s '
+                         'mmseg_whitebox is imported (reinstall with '
+                         '--install)')
+    if os.environ.get(DISABLE_ENV, '1') == '0':
+        lines.append(f'  switched off for this run ({DISABLE_ENV}=0)')
+    finder = next((f for f in sys.meta_path
+                   if type(f).__name__ == 'CompatFinder'), None)
+    lines.append('  active in this interpreter: ' + (
+        f'yes, applied {finder.applied}' if finder is not None else 'no'))
+    lines.append('What it does: at every start of this environment\'s '
+                 'Python it loads startup.py (standard library only) and '
+                 'puts an import hook first on sys.meta_path, which applies '
+                 'a fix of mmseg_whitebox.compat, where needed, on the first '
+                 'import of')
+    when_text = {'before': 'before it loads',
+                 'instead': 'instead of the failing import',
+                 'after': 'once it loaded'}
+    for name, (fixes, when) in TRIGGERS.items():
+        lines.append(f'  {name:28} {", ".join(fixes)} ({when_text[when]})')
+    lines.append('so that scripts may import torchvision, timm, mmseg.models '
+                 'or mmseg.apis before mmseg_whitebox. Without it, import '
+                 'mmseg_whitebox first: it applies the same fixes (the '
+                 'configs do, through custom_imports).')
+    compat = sys.modules.get('mmseg_whitebox.compat')
+    if compat is not None and compat.STATUS:
+        needed = ', '.join(
+            f'{fix}: {"yes" if compat.STATUS.get(fix) else "no"}'
+            for fix in compat.FIXES)
+        lines.append(f'Fixes this environment needs: {needed}')
+    return '\n'.join(lines)
 
 
 def install_hook(site_dir: str | None = None) -> str:
@@ -248,17 +315,23 @@ def uninstall_hook(site_dir: str | None = None) -> str | None:
 
 
 def main(argv: list | None = None) -> int:
+    """``python -m mmseg_whitebox.startup``: opt in or out, or say what
+    the hook does and whether it is installed."""
     import argparse
     parser = argparse.ArgumentParser(
         prog='python -m mmseg_whitebox.startup',
-        description='Install or remove the startup hook that applies '
+        description='Opt into (or out of) the startup hook that applies '
         'mmseg_whitebox.compat when torchvision, mmcv.ops or mmengine is '
-        'first imported (so import order does not matter).')
+        'first imported, so that scripts may import them before '
+        'mmseg_whitebox. Without an option: --status.')
     action = parser.add_mutually_exclusive_group()
     action.add_argument('--install', action='store_true',
                         help=f'write {PTH_NAME} into site-packages')
     action.add_argument('--uninstall', action='store_true',
                         help=f'remove {PTH_NAME} from site-packages')
+    action.add_argument('--status', action='store_true',
+                        help='installed? for which checkout? active? what '
+                        'it does (the default)')
     parser.add_argument('--site-dir', help='another folder than this '
                         "interpreter's site-packages")
     args = parser.parse_args(argv)
@@ -270,9 +343,7 @@ def main(argv: list | None = None) -> int:
         removed = uninstall_hook(site_dir)
         print(f'removed {removed}' if removed else f'not installed: {path}')
     else:
-        active = HOOK_MODULE in sys.modules
-        print(f'{path}: {"installed" if os.path.exists(path) else "absent"}'
-              f'; active in this interpreter: {active}')
+        print(status(site_dir))
     return 0
 
 

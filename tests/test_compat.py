@@ -1,15 +1,162 @@
-"""The compatibility layer: what it patches, and that it leaves alone what
-does not need patching."""
+"""The compatibility layer: what breaks without each fix on this stack
+(the probes of ``_compat_probes.py`` in a fresh interpreter with no fix:
+the startup hook off, ``mmseg_whitebox`` never imported) and that the same
+probes succeed with it (this process, after ``import mmseg_whitebox``);
+what it patches, and that it leaves alone what does not need patching."""
 import ast
 import importlib
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 
 import pytest
 import torch
 
-from mmseg_whitebox import compat
+import _compat_probes as probes
+from mmseg_whitebox import compat, startup
+
+#: the OpenMMLab stack of this environment ('default' or 'onedl')
+STACK = compat.stack()['name']
+TORCHVISION_MISSING_OP = ('RuntimeError: operator torchvision::nms does not '
+                          'exist')
+NO_MMCV_EXT = "ModuleNotFoundError: No module named 'mmcv._ext'"
+
+
+def _probe_files(folder) -> list:
+    """Fresh evil checkpoints (one per unsafe probe, each with the file its
+    payload would create) and a project checkpoint, as probe_all takes."""
+    files = []
+    for name in ('local', 'fallback'):
+        path, marker = folder / f'{name}.pth', folder / f'{name}_ran'
+        probes.write_evil_checkpoint(str(path), str(marker))
+        files += [str(path), str(marker)]
+    probes.write_project_checkpoint(str(folder / 'project.pth'))
+    return files + [str(folder / 'project.pth')]
+
+
+@pytest.fixture(scope='module')
+def unfixed(tmp_path_factory):
+    """The probes without any fix, in a fresh interpreter."""
+    folder = tmp_path_factory.mktemp('unfixed')
+    out = folder / 'report.json'
+    env = dict(os.environ, **{startup.DISABLE_ENV: '0'})
+    env.pop('PYTHONPATH', None)
+    proc = subprocess.run(
+        [sys.executable, probes.__file__, str(out)] + _probe_files(folder),
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    # nothing of the package ran but the compat module the probe loads
+    # itself, after the no-fix probes
+    assert report['mmseg_whitebox modules'] == ['mmseg_whitebox.compat']
+    return report
+
+
+@pytest.fixture(scope='module')
+def fixed(tmp_path_factory):
+    """The same probes here, where ``import mmseg_whitebox`` applied the
+    fixes this stack needs."""
+    return probes.probe_all(*_probe_files(tmp_path_factory.mktemp('fixed')))
+
+
+def test_without_torchvision_shim_torchvision_and_mmseg_fail(unfixed, fixed):
+    """Both stacks: the PyPI torchvision that pip pairs with CPU torch
+    2.13 is built for CUDA; ``import torchvision``, ``timm`` and (through
+    mmseg's timm wrapper, which only catches ImportError) ``mmseg.models``
+    fail."""
+    if unfixed['import torchvision'] == 'ok':
+        assert compat.STATUS['torchvision_shim'] is False
+        pytest.skip(f'{STACK} stack with a torchvision whose ops load here: '
+                    'the shim is not applied')
+    assert unfixed['import torchvision'] == TORCHVISION_MISSING_OP
+    # mmseg.models with every other fix
+    assert unfixed['import mmseg.models after mmcv_ops_shim'][
+        'outcome'] == TORCHVISION_MISSING_OP
+    assert compat.STATUS['torchvision_shim'] is True
+    assert fixed['import torchvision'] == fixed['import mmseg.models'] == 'ok'
+    assert unfixed['import mmseg.models after torchvision_shim'][
+        'outcome'] == 'ok'
+
+
+def test_without_mmcv_ops_standin_mmseg_fails(unfixed, fixed):
+    """Default stack: with mmcv-lite, ``import mmcv.ops`` fails and
+    mmsegmentation 1.2.2 imports it at module level, so ``import
+    mmseg.models`` fails."""
+    assert unfixed['import mmcv.ops'] == NO_MMCV_EXT
+    if STACK == 'onedl':
+        # the torchvision fix alone makes mmseg.models import
+        assert unfixed['import mmseg.models after mmcv_ops_shim'][
+            'applied'] is False
+        assert unfixed['import mmseg.models after torchvision_shim'] == {
+            'applied': True, 'outcome': 'ok'}
+        assert compat.STATUS['mmcv_ops_shim'] is False
+        pytest.skip('onedl stack: onedl-mmsegmentation guards its mmcv.ops '
+                    'imports, mmseg.models imports without the stand-in '
+                    '(not applied)')
+    assert unfixed['import mmseg.models'] == NO_MMCV_EXT
+    assert compat.STATUS['mmcv_ops_shim'] is True
+    assert fixed['import mmcv.ops'] == fixed['import mmseg.models'] == 'ok'
+
+
+def test_without_weights_only_loader_unsafe_checkpoints_load(unfixed, fixed):
+    """onedl: mmengine's local loader unpickles a refused checkpoint fully
+    (the payload runs). Default: torch 2.13's own weights-only default
+    refuses it (an UnpicklingError that names no way out); the fix's
+    refusal says how to convert a trusted file."""
+    expected = ({'outcome': 'loaded', 'payload_ran': True}
+                if STACK == 'onedl' else
+                {'outcome': 'UnpicklingError', 'payload_ran': False})
+    assert unfixed['local unsafe load'] == expected
+    assert compat.STATUS['weights_only_loader'] is True
+    assert fixed['local unsafe load'] == {'outcome': 'UnsafeCheckpointError',
+                                          'payload_ran': False}
+
+
+def test_without_weights_only_loader_resumed_state_is_lost(unfixed, fixed):
+    """Both stacks: this project's checkpoints hold the training state as
+    plain data; without the decoding loader a resumed run drops the
+    message hub's logged scalars and gets numpy values as tagged dicts."""
+    assert unfixed['project checkpoint'] == {
+        'loss_loads_as': 'dict', 'best_score_loads_as': 'dict',
+        'resumed_scalars': []}
+    assert fixed['project checkpoint'] == {
+        'loss_loads_as': 'HistoryBuffer', 'best_score_loads_as': 'float64',
+        'resumed_scalars': ['train/loss']}
+
+
+def test_without_no_unsafe_load_fallback_code_runs(unfixed, fixed):
+    """onedl: ``_safe_torch_load`` (behind the fork's ``openmmlab://`` and
+    ``pavi://`` loaders) retries a refused load with full unpickling."""
+    if STACK != 'onedl':
+        assert unfixed['fallback unsafe load'] == {'outcome': 'absent'}
+        assert compat.STATUS['no_unsafe_load_fallback'] is False
+        pytest.skip(f'{STACK} stack: mmengine {compat.stack().get("mmengine")}'
+                    ' has no _safe_torch_load fallback (fix not applied)')
+    assert unfixed['fallback unsafe load'] == {'outcome': 'loaded',
+                                               'payload_ran': True}
+    assert compat.STATUS['no_unsafe_load_fallback'] is True
+    assert fixed['fallback unsafe load'] == {
+        'outcome': 'UnsafeCheckpointError', 'payload_ran': False}
+
+
+def test_without_resume_replay_resumed_run_differs(unfixed, fixed):
+    """onedl: ``--resume`` skips the trained batches without loading them
+    and draws the data iterator's seed after the restore, so the next
+    batch's random transform and the model's random draw differ from the
+    uninterrupted run's."""
+    if STACK != 'onedl':
+        assert unfixed['resume'] == {'skip_iter': False}
+        assert compat.STATUS['resume_replays_skipped_batches'] is False
+        pytest.skip(f'{STACK} stack: mmengine {compat.stack().get("mmengine")}'
+                    ' loads the skipped batches itself (fix not applied)')
+    assert unfixed['resume'] == {'skip_iter': True, 'loads_while_skipping': 0,
+                                 'same_batch': False,
+                                 'same_model_draw': False}
+    assert compat.STATUS['resume_replays_skipped_batches'] is True
+    assert fixed['resume'] == {'skip_iter': True, 'loads_while_skipping': 4,
+                               'same_batch': True, 'same_model_draw': True}
 
 
 def test_apply_is_idempotent_and_reports_status():
@@ -55,8 +202,13 @@ def test_torchvision_shim_not_needed_once_imported():
     assert compat.torchvision_needs_shim() is False
 
 
-@pytest.mark.skipif(not compat.STATUS.get('mmcv_ops_shim'),
-                    reason='compiled mmcv installed: stand-in not used')
+needs_mmcv_ops_standin = pytest.mark.skipif(
+    not compat.STATUS.get('mmcv_ops_shim'),
+    reason=f'{STACK} stack: no mmcv.ops stand-in here (a compiled mmcv, or '
+    'the onedl fork, whose mmseg guards its mmcv.ops imports)')
+
+
+@needs_mmcv_ops_standin
 def test_mmcv_ops_standin_with_mmcv_lite():
     import mmcv.ops
     assert getattr(mmcv.ops, '__mmseg_whitebox_shim__', False)
@@ -73,27 +225,27 @@ def test_mmcv_ops_standin_with_mmcv_lite():
     importlib.import_module('mmseg.models.decode_heads.point_head')
 
 
-needs_mmcv_ops_standin = pytest.mark.skipif(
-    not compat.STATUS.get('mmcv_ops_shim'),
-    reason='compiled mmcv installed: stand-in not used')
-
-
 @needs_mmcv_ops_standin
 def test_mmcv_ops_standin_has_a_spec():
+    """The startup hook hands this spec to the import system; submodules
+    resolve from mmcv's own ops folder."""
     import mmcv.ops
-    spec = importlib.util.find_spec('mmcv.ops')  # raised ValueError before
+    spec = importlib.util.find_spec('mmcv.ops')
     assert spec is not None and spec is mmcv.ops.__spec__
     assert spec.name == 'mmcv.ops'
     assert spec.loader is not None
     ops_dir = os.path.join(os.path.dirname(sys.modules['mmcv'].__file__),
                            'ops')
     assert spec.submodule_search_locations == [ops_dir]
-    # submodules still resolve from mmcv's own ops folder
     sub = importlib.util.find_spec('mmcv.ops.point_sample')
     assert sub is not None and sub.origin.startswith(ops_dir)
 
 
 def _names_imported_from_mmcv_ops(package_dir):
+    """Names imported from ``mmcv.ops`` when a module of ``package_dir`` is
+    imported (module level, also inside ``try``/``if``); imports inside
+    functions run only when called, and mmseg, mmengine and mmcv check for
+    a compiled mmcv before them."""
     names = set()
     for root, _, files in os.walk(package_dir):
         for fname in files:
@@ -101,17 +253,23 @@ def _names_imported_from_mmcv_ops(package_dir):
                 continue
             with open(os.path.join(root, fname), encoding='utf-8') as f:
                 tree = ast.parse(f.read())
-            for node in ast.walk(tree):
+            todo = list(tree.body)
+            while todo:
+                node = todo.pop()
                 if isinstance(node, ast.ImportFrom) and \
                         node.module == 'mmcv.ops':
                     names.update(a.name for a in node.names)
+                elif not isinstance(node, (ast.FunctionDef,
+                                           ast.AsyncFunctionDef)):
+                    todo.extend(ast.iter_child_nodes(node))
     return names
 
 
 @needs_mmcv_ops_standin
-def test_mmcv_ops_standin_has_every_name_the_stack_imports():
+def test_mmcv_ops_standin_has_exactly_what_the_stack_imports():
+    """Every name mmseg, mmengine and mmcv's bricks import from mmcv.ops
+    on import, and nothing else."""
     import mmcv
-    import mmcv.ops
     import mmengine
     import mmseg
     used = set()
@@ -119,12 +277,10 @@ def test_mmcv_ops_standin_has_every_name_the_stack_imports():
                     os.path.dirname(mmengine.__file__),
                     os.path.join(os.path.dirname(mmcv.__file__), 'cnn')):
         used |= _names_imported_from_mmcv_ops(pkg_dir)
-    # what mmcv.utils.env asks for is only read when collecting env info
-    used -= {'get_compiler_version', 'get_compiling_cuda_version'}
-    assert {'DeformConv2d', 'ModulatedDeformConv2d', 'point_sample',
-            'sigmoid_focal_loss'} <= used
-    missing = sorted(n for n in used if not hasattr(mmcv.ops, n))
-    assert not missing, f'stand-in mmcv.ops lacks {missing}'
+    assert used == {'point_sample', *compat.COMPILED_MMCV_OPS}
+    ops = importlib.import_module('mmcv.ops')
+    assert sorted(ops.__all__) == sorted(used)
+    assert all(hasattr(ops, name) for name in used)
 
 
 @needs_mmcv_ops_standin
@@ -132,84 +288,41 @@ def test_mmcv_ops_standin_has_every_name_the_stack_imports():
 def test_mmcv_ops_standin_classes_import_and_fail_when_used(name):
     ops = importlib.import_module('mmcv.ops')
     cls = getattr(ops, name)
-    assert name in ops.__all__
     assert isinstance(cls, type) and issubclass(cls, torch.nn.Module)
     assert cls.__name__ == name and cls.__module__ == 'mmcv.ops'
-    # isinstance checks (mmengine's optimizer constructor) just say no
     assert not isinstance(torch.nn.Conv2d(1, 1, 1), cls)
     with pytest.raises(NotImplementedError,
                        match=f'mmcv.ops.{name} .*mmcv-lite.*install'):
-        cls(4, 4, 3)
+        cls(4)
 
     class Sub(cls):  # subclassing works, building still fails
 
         def __init__(self):
-            super().__init__(4, 4, 3)
+            super().__init__(4)
 
     with pytest.raises(NotImplementedError, match='mmcv-lite'):
         Sub()
 
 
-@needs_mmcv_ops_standin
-def test_mmcv_ops_standin_dcn_names():
-    from mmcv.ops import (DeformConv2d, DeformConv2dPack,
-                          ModulatedDeformConv2d, ModulatedDeformConv2dPack,
-                          deform_conv2d, modulated_deform_conv2d)
-    # the class tree is mmcv's
-    assert issubclass(DeformConv2dPack, DeformConv2d)
-    assert issubclass(ModulatedDeformConv2dPack, ModulatedDeformConv2d)
-    for fn in (deform_conv2d, modulated_deform_conv2d):
-        with pytest.raises(NotImplementedError, match='mmcv-lite'):
-            fn(torch.zeros(1, 1, 3, 3))
+def test_mmcv_ops_standin_only_where_mmseg_needs_it(monkeypatch):
+    """Not with a compiled mmcv, nor with the onedl fork's mmseg; then
+    patch_mmcv_ops leaves mmcv.ops alone."""
+    find_spec = importlib.util.find_spec
 
+    def environment(compiled_mmcv, onedl_mmseg):
+        monkeypatch.setattr(
+            compat.importlib.util, 'find_spec',
+            lambda name, *a: (object() if compiled_mmcv else None)
+            if name == 'mmcv._ext' else find_spec(name, *a))
+        monkeypatch.setattr(
+            compat, '_dist_version', lambda dist: '1.4.2' if onedl_mmseg
+            and dist == 'onedl-mmsegmentation' else None)
+        return compat.mmcv_ops_standin_needed()
 
-@needs_mmcv_ops_standin
-@pytest.mark.parametrize('type_, cls_name', [
-    ('DCN', 'DeformConv2dPack'), ('DCNv2', 'ModulatedDeformConv2dPack')])
-def test_mmcv_ops_standin_dcn_configs_fail_clearly(type_, cls_name):
-    import mmcv.ops
-    from mmcv.cnn import build_conv_layer
-    from mmengine.registry import MODELS as MMENGINE_MODELS
-    from mmseg.registry import MODELS
-    assert MMENGINE_MODELS.get(type_) is getattr(mmcv.ops, cls_name)
-    assert MODELS.get(type_) is getattr(mmcv.ops, cls_name)
-    # mmcv's builder (what mmseg's ResNet uses for dcn=...) ...
-    with pytest.raises(NotImplementedError, match=f'{cls_name} .*mmcv-lite'):
-        build_conv_layer(dict(type=type_, deform_groups=1), 8, 8, 3,
-                         padding=1)
-    # ... mmseg's registry ...
-    with pytest.raises(NotImplementedError, match='mmcv-lite'):
-        MODELS.build(dict(type=type_, in_channels=8, out_channels=8,
-                          kernel_size=3))
-    # ... and a config of mmseg's ResNet with DCN
-    from mmseg.models.backbones.resnet import Bottleneck
-    with pytest.raises(NotImplementedError, match='mmcv-lite'):
-        Bottleneck(64, 16, dcn=dict(type=type_, deform_groups=1,
-                                    fallback_on_stride=False))
-
-
-@needs_mmcv_ops_standin
-def test_mmcv_ops_standin_registration_keeps_real_entries():
-    from mmengine.registry import Registry
-    registry = Registry('standin-test')
-
-    class Real(torch.nn.Module):
-        pass
-
-    registry.register_module(name='DCN', module=Real)
-    compat._register_standin(registry, 'DCN',
-                             compat._missing_op_class('X', torch.nn.Module))
-    assert registry.get('DCN') is Real
-    first = compat._missing_op_class('Y', torch.nn.Module)
-    second = compat._missing_op_class('Y', torch.nn.Module)
-    compat._register_standin(registry, 'Y', first)
-    compat._register_standin(registry, 'Y', second)  # replaces a stand-in
-    assert registry.get('Y') is second
-
-
-def test_mmcv_ops_standin_skipped_with_compiled_mmcv(monkeypatch):
+    assert environment(compiled_mmcv=False, onedl_mmseg=False) is True
+    assert environment(compiled_mmcv=True, onedl_mmseg=False) is False
+    assert environment(compiled_mmcv=False, onedl_mmseg=True) is False
     monkeypatch.delitem(sys.modules, 'mmcv.ops', raising=False)
-    monkeypatch.setattr(compat, 'mmcv_has_compiled_ops', lambda: True)
     assert compat.patch_mmcv_ops() is False
     assert 'mmcv.ops' not in sys.modules
 
@@ -218,44 +331,3 @@ def test_checkpoint_loader_is_weights_only():
     from mmengine.runner.checkpoint import CheckpointLoader
     loader = CheckpointLoader._get_checkpoint_loader('/some/local.pth')
     assert loader is compat.load_from_local_weights_only
-
-
-class CountingDataset(torch.utils.data.Dataset):
-    """Counts how often an item is loaded (the pipeline runs)."""
-
-    def __init__(self):
-        self.loads = 0
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, index):
-        self.loads += 1
-        return index
-
-
-def test_resume_loads_the_skipped_batches():
-    """Resuming iteration ``n`` runs the data pipeline for the ``n``
-    skipped batches, as mmengine 0.10.7 does (so random transforms draw
-    the same numbers as in an uninterrupted run)."""
-    from mmengine.dataset import InfiniteSampler
-    from mmengine.runner import loops
-    dataset = CountingDataset()
-
-    def iterator():  # a new sampler: a new run
-        return loops._InfiniteDataloaderIterator(torch.utils.data.DataLoader(
-            dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0)))
-
-    straight = iterator()
-    expected = [next(straight).tolist() for _ in range(3)]
-    dataset.loads = 0
-    resumed = iterator()
-    if hasattr(resumed, 'skip_iter'):
-        assert compat.STATUS['resume_replays_skipped_batches'] is True
-        resumed.skip_iter(2)
-    else:  # mmengine 0.10.7: its loop calls next() for each skipped batch
-        assert compat.STATUS['resume_replays_skipped_batches'] is False
-        for _ in range(2):
-            next(resumed)
-    assert dataset.loads == 4
-    assert next(resumed).tolist() == expected[2]

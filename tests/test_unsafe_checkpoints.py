@@ -13,17 +13,8 @@ from mmseg_whitebox import compat
 from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.utils.tool_error import BAD_INPUT
 
+from _compat_probes import write_evil_checkpoint
 from _helpers import DEMO_SEGMENTER, run_tool
-
-
-class CreatesFile:
-    """Unpickling this creates the file ``path`` (stands for any code)."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, 'w'))
 
 
 @pytest.fixture
@@ -31,8 +22,7 @@ def evil(tmp_path):
     """``(checkpoint path, file its unpickling would create)``."""
     marker = tmp_path / 'code_ran'
     path = tmp_path / 'evil.pth'
-    torch.save({'state_dict': {'w': torch.zeros(2)},
-                'meta': {'payload': CreatesFile(marker)}}, path)
+    write_evil_checkpoint(str(path), str(marker))
     return path, marker
 
 
@@ -74,7 +64,8 @@ def test_no_fallback_to_full_unpickling(source, evil):
     openmmlab loaders) refuses instead of retrying without weights_only."""
     if not hasattr(mmengine_checkpoint, '_safe_torch_load'):
         assert compat.STATUS['no_unsafe_load_fallback'] is False
-        pytest.skip('this mmengine has no weights_only=False fallback')
+        pytest.skip(f'{compat.stack()["name"]} stack: this mmengine has no '
+                    'weights_only=False fallback (_safe_torch_load)')
     assert compat.STATUS['no_unsafe_load_fallback'] is True
     path, marker = evil
     file = str(path) if source == 'path' else io.BytesIO(path.read_bytes())

@@ -1,0 +1,218 @@
+"""What each fix of :mod:`mmseg_whitebox.compat` changes, as probes that run
+unchanged with the fixes off and on.
+
+Off: ``python tests/_compat_probes.py OUT.json ...`` in a fresh interpreter
+with the startup hook switched off; nothing here imports
+``mmseg_whitebox`` (the report lists what of it was imported). On: the
+same functions in the test process, where ``import mmseg_whitebox`` applied
+the fixes. Every probe returns plain data (JSON), so both sides compare.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from typing import Any, Dict, Iterator
+
+import numpy as np
+import torch
+
+
+def import_outcome(module: str) -> str:
+    """``'ok'``, or the error's type and first line."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # what fails is the finding
+        return f'{type(exc).__name__}: {str(exc).splitlines()[0]}'
+    return 'ok'
+
+
+class CreatesFile:
+    """Unpickling this creates the file ``path`` (stands for any code)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+def write_evil_checkpoint(path: str, marker: str) -> None:
+    """A checkpoint whose full unpickling creates ``marker``; the pickle
+    names only ``builtins.open``, so any interpreter can load it."""
+    torch.save({'state_dict': {'w': torch.zeros(2)},
+                'meta': {'payload': CreatesFile(marker)}}, path)
+
+
+def unsafe_load_outcome(loader: str, path: str, marker: str) -> Dict[str, Any]:
+    """Load the evil checkpoint ``path`` with mmengine's local loader
+    (``loader='local'``: ``_load_checkpoint``) or with onedl-mmengine's
+    ``_safe_torch_load`` (``'fallback'``: what its ``openmmlab://`` and
+    ``pavi://`` loaders call with a file path): ``{'outcome': 'loaded' or
+    the error's type, 'payload_ran'}``; ``{'outcome': 'absent'}`` on an
+    mmengine without ``_safe_torch_load`` (0.10.7)."""
+    from mmengine.runner import checkpoint
+    if loader == 'local':
+        def load():
+            return checkpoint._load_checkpoint(path, map_location='cpu')
+    elif not hasattr(checkpoint, '_safe_torch_load'):
+        return {'outcome': 'absent'}
+    else:
+        def load():
+            return checkpoint._safe_torch_load(path, map_location='cpu')
+    try:
+        load()
+        outcome = 'loaded'
+    except Exception as exc:  # a refusal is the finding
+        outcome = type(exc).__name__
+    return {'outcome': outcome, 'payload_ran': os.path.exists(marker)}
+
+
+def write_project_checkpoint(path: str) -> None:
+    """A checkpoint as this project's WeightsOnlyCheckpointHook writes it:
+    the message hub's ``HistoryBuffer`` and a numpy score as plain data."""
+    from mmengine.logging import HistoryBuffer
+
+    from mmseg_whitebox.utils.checkpoint_codec import encode_checkpoint
+    torch.save(encode_checkpoint({
+        'meta': {'iter': 2, 'best_score': np.float64(0.25)},
+        'state_dict': {'w': torch.zeros(2)},
+        'message_hub': {
+            'log_scalars': {'train/loss': HistoryBuffer([1.0, 0.5], [1, 1])},
+            'runtime_info': {}, 'resumed_keys': {'train/loss': True}},
+    }), path)
+
+
+def project_checkpoint_outcome(path: str) -> Dict[str, Any]:
+    """Load :func:`write_project_checkpoint`'s file as ``--resume`` does
+    (mmengine's ``_load_checkpoint``, then the message hub's state): what
+    the logged loss and the best score load as, which scalars resume."""
+    from mmengine.logging import MessageHub
+    from mmengine.runner.checkpoint import _load_checkpoint
+    ckpt = _load_checkpoint(path, map_location='cpu')
+    hub = MessageHub(f'compat-probe-{os.getpid()}-{id(ckpt)}')
+    hub.load_state_dict(ckpt['message_hub'])
+    return {
+        'loss_loads_as': type(
+            ckpt['message_hub']['log_scalars']['train/loss']).__name__,
+        'best_score_loads_as': type(ckpt['meta']['best_score']).__name__,
+        'resumed_scalars': sorted(hub.log_scalars),
+    }
+
+
+class RandomPipeline(torch.utils.data.Dataset):
+    """Items made by a random transform that draws from numpy's global
+    state (as mmcv's transforms do); counts how often one is loaded."""
+
+    def __init__(self) -> None:
+        self.loads = 0
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        self.loads += 1
+        return index * 1000 + int(np.random.randint(1000))
+
+
+@contextlib.contextmanager
+def kept_random_state() -> Iterator[None]:
+    """Leave numpy's and torch's global random states as they were."""
+    np_state, torch_state = np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        np.random.set_state(np_state)
+        torch.set_rng_state(torch_state)
+
+
+def resume_outcome() -> Dict[str, Any]:
+    """Resume iteration 2 of 3 the way mmengine's IterBasedTrainLoop does:
+    seed, build the data iterator, restore torch's random state saved with
+    the checkpoint (RNGStateCheckpointHook), ``skip_iter(2)``, then step.
+    A step is the batch the pipeline made plus one draw of torch's
+    generator (the model's dropout / drop path). Returns how many items
+    were loaded while skipping and whether the resumed step equals the
+    uninterrupted run's; ``{'skip_iter': False}`` on an mmengine whose
+    loop replays the batches itself (0.10.7)."""
+    from mmengine.dataset import InfiniteSampler
+    from mmengine.runner import loops
+    iterator_cls = loops._InfiniteDataloaderIterator
+    if not hasattr(iterator_cls, 'skip_iter'):
+        return {'skip_iter': False}
+
+    def start():
+        np.random.seed(0)
+        torch.manual_seed(0)
+        dataset = RandomPipeline()
+        return dataset, iterator_cls(torch.utils.data.DataLoader(
+            dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0)))
+
+    def step(iterator):
+        return next(iterator).tolist(), torch.rand(1).item()
+
+    with kept_random_state():
+        _, iterator = start()
+        step(iterator), step(iterator)
+        saved = torch.get_rng_state()
+        third = step(iterator)
+        dataset, iterator = start()
+        torch.set_rng_state(saved)
+        iterator.skip_iter(2)
+        loads = dataset.loads
+        resumed = step(iterator)
+    return {'skip_iter': True, 'loads_while_skipping': loads,
+            'same_batch': resumed[0] == third[0],
+            'same_model_draw': resumed[1] == third[1]}
+
+
+def load_compat_alone() -> Any:
+    """``mmseg_whitebox/compat.py`` loaded from its file, without the
+    package (whose ``__init__`` would apply every fix)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), 'mmseg_whitebox', 'compat.py')
+    spec = importlib.util.spec_from_file_location('mmseg_whitebox.compat',
+                                                  path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def probe_all(evil: str, evil_marker: str, fallback_evil: str,
+              fallback_marker: str, project: str) -> Dict[str, Any]:
+    """Every probe, in this interpreter as it is."""
+    return {
+        'import torchvision': import_outcome('torchvision'),
+        'import mmcv.ops': import_outcome('mmcv.ops'),
+        'import mmseg.models': import_outcome('mmseg.models'),
+        'local unsafe load': unsafe_load_outcome('local', evil, evil_marker),
+        'fallback unsafe load': unsafe_load_outcome(
+            'fallback', fallback_evil, fallback_marker),
+        'project checkpoint': project_checkpoint_outcome(project),
+        'resume': resume_outcome(),
+    }
+
+
+def main(argv: list) -> None:
+    """Off: every probe with no fix applied; then ``import mmseg.models``
+    again after applying the mmcv.ops fix alone and then the torchvision
+    fix too (which of the two mmseg needs on this stack)."""
+    out, *files = argv
+    report = probe_all(*files)
+    compat = load_compat_alone()
+    for fix in ('mmcv_ops_shim', 'torchvision_shim'):
+        report[f'import mmseg.models after {fix}'] = {
+            'applied': compat.apply_fix(fix),
+            'outcome': import_outcome('mmseg.models')}
+    report['mmseg_whitebox modules'] = sorted(
+        m for m in sys.modules if m.split('.')[0] == 'mmseg_whitebox')
+    with open(out, 'w', encoding='utf-8') as f:
+        json.dump(report, f)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

@@ -1,7 +1,6 @@
 """The noise evaluator: selections per head type, exact restoration,
 reproducibility, ablation, usage ratios, resume, and the CLI."""
 import argparse
-import dataclasses
 import glob
 import json
 import os.path as osp
@@ -21,7 +20,8 @@ from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
 from mmseg_whitebox.utils.tool_error import SettingError, ToolError
 
-from _helpers import REPO, demo_configs, run_tool, small_run_options
+from _helpers import (REPO, StubRunner, demo_configs, run_tool,
+                      small_run_options)
 
 CONFIGS = demo_configs()
 # the documented definition (mmseg_whitebox.robustness.sites), per layer
@@ -500,55 +500,29 @@ def parsed_cfg_options(options):
     return parser.parse_args(['--cfg-options'] + options).cfg_options
 
 
-def test_every_sweep_option_is_one_flag_of_the_tool():
-    """Each ``NoiseSweepOptions`` field is declared once: the tool's
-    parser has one flag per field, made from the field or (the Runner's
-    and the checkpoint checks') shared by all tools under the field's name,
-    and no other flag; parsed defaults are the library's."""
-    from mmseg_whitebox.cli import options_from_args
-    from mmseg_whitebox.cli.options import dataclass_flag
-    from mmseg_whitebox.cli.robustness_parsers import noise_sweep_parser
-    with open(osp.join(REPO, 'tools', 'noise_robustness.py')) as f:
-        assert 'noise_sweep_parser(__doc__).parse_args(argv)' in f.read()
-    parser = noise_sweep_parser(__doc__)
-    fields = [f for f in dataclasses.fields(NoiseSweepOptions)
-              if f.name != 'progress']  # library only
-    flags = {a.dest: a.option_strings for a in parser._actions
-             if a.option_strings}
-    assert flags == dict({f.name: [dataclass_flag(f)] for f in fields},
-                         help=['-h', '--help'],
-                         local_rank=['--local_rank', '--local-rank'])
-    args = ['config.py', 'ckpt.pth']
-    assert options_from_args(NoiseSweepOptions, parser.parse_args(
-        args)) == NoiseSweepOptions()
-    given = options_from_args(NoiseSweepOptions, parser.parse_args(args + [
-        '--no-ablation', '--no-shared-encoder', '--resume', '--sigmas', '0',
-        '0.5', '--groups', '--layers', '1', '--mode', 'relative']))
-    assert (given.ablation, given.shared_encoder, given.resume,
-            list(given.sigmas), given.groups, given.layers, given.mode) == (
-                False, False, True, [0.0, 0.5], [], [1], 'relative')
-
-
-def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(
-        checkpoint, tmp_path, monkeypatch):
+def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(tmp_path,
+                                                           monkeypatch):
     """``run_noise_sweep`` translates nothing: a ValueError raised deep in
-    the sweep (here by the evaluation) comes out as it is, so the tool
-    exits 1 with its traceback; only a ToolError is the user's."""
+    the sweep (here by the evaluation, on a stub Runner) comes out as it
+    is, so the tool exits 1 with its traceback; only a ToolError is the
+    user's."""
     from mmseg_whitebox.cli.errors import user_error_message
+    from mmseg_whitebox.robustness import noise_robustness
     from mmseg_whitebox.robustness.evaluation import RunnerEvaluation
+    model = build_model('cbsa')
+    monkeypatch.setattr(noise_robustness, 'build_test_runner',
+                        lambda *args: StubRunner(model))
 
     def boom(self):
         raise ValueError('boom')
 
     monkeypatch.setattr(RunnerEvaluation, '__call__', boom)
-    options = NoiseSweepOptions(
-        sigmas=[0.05], seeds=1, out=str(tmp_path / 'sweep'),
-        work_dir=str(tmp_path / 'w'), progress=False,
-        cfg_options=parsed_cfg_options(
-            small_run_options(checkpoint['data_root'], 4)))
+    options = NoiseSweepOptions(sigmas=[0.05], seeds=1,
+                                out=str(tmp_path / 'sweep'),
+                                shared_encoder=False, progress=False)
     with pytest.raises(ValueError, match='^boom$') as raised:
-        run_noise_sweep(osp.join(REPO, CONFIGS['cbsa-rigorous']),
-                        checkpoint['ckpt'], options, log=lambda msg: None)
+        run_noise_sweep('config.py', 'ckpt.pth', options,
+                        log=lambda msg: None)
     assert type(raised.value) is ValueError
     assert user_error_message(raised.value) is None  # a bug: exit 1
     assert user_error_message(SettingError('boom')) == 'boom'

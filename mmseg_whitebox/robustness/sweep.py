@@ -284,6 +284,10 @@ class NoiseSweep:
                  shared: Optional[SharedEncoderEvaluation] = None,
                  log: Callable[[str], None] = print) -> None:
         options = options or NoiseSweepOptions()
+        if not isinstance(options, NoiseSweepOptions):  # the old signature
+            raise TypeError(
+                'NoiseSweep takes its sigmas, seeds, mode, seed and ablation '
+                f'as NoiseSweepOptions(...), not a {type(options).__name__}')
         self.model = model
         self.evaluate = evaluate
         self.selections = list(selections)

@@ -27,11 +27,6 @@ PAPER_SIGMAS = (1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 1e-2, 2e-2, 3e-2, 4e-2, 5e-2,
                 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
-def _help(text: str, **settings: Any) -> Dict[str, Any]:
-    """A field's metadata: its command-line help and argparse settings."""
-    return dict(help=text, **settings)
-
-
 def _layer_index(value: Any) -> Optional[int]:
     """A layer index given as an int or its text; None for anything
     else."""
@@ -74,51 +69,52 @@ class NoiseSweepOptions:
     checks' (``allow_*``) are the flags every tool shares. Checked when
     made (:meth:`check`)."""
     sigmas: Sequence[float] = field(
-        default=tuple(PAPER_SIGMAS), metadata=_help(
-            'noise standard deviations (default: the CBSA paper\'s grid, '
+        default=tuple(PAPER_SIGMAS), metadata=dict(
+            help='noise standard deviations (default: the CBSA paper\'s grid, '
             '1e-3 ... 1.0)'))
-    seeds: int = field(default=3, metadata=_help(
-        'noise draws per sigma (default 3)'))
-    seed: int = field(default=0, metadata=_help(
-        'seed of the first draw (draw i uses seed+i)'))
-    target: str = field(default='decoder-attention', metadata=_help(
-        ', '.join(NAMED_TARGETS) + ' (the first is the default), or a '
+    seeds: int = field(default=3, metadata=dict(
+        help='noise draws per sigma (default 3)'))
+    seed: int = field(default=0, metadata=dict(
+        help='seed of the first draw (draw i uses seed+i)'))
+    target: str = field(default='decoder-attention', metadata=dict(
+        help=', '.join(NAMED_TARGETS) + ' (the first is the default), or a '
         'regular expression over parameter names'))
     layers: Optional[Union[str, List[int]]] = field(
-        default=None, metadata=_help(
-            'perturb one attention layer at a time (its attention '
+        default=None, metadata=dict(
+            help='perturb one attention layer at a time (its attention '
             'parameters within the target, also with --target decoder): '
             '"each", or layer indices (printed by the tool)', nargs='+'))
-    mode: str = field(default='absolute', metadata=_help(
-        'absolute sigma (the paper\'s), or relative to each tensor\'s RMS',
+    mode: str = field(default='absolute', metadata=dict(
+        help='absolute sigma (the paper\'s), or relative to each '
+        'tensor\'s RMS',
         choices=MODES))
-    out: Optional[str] = field(default=None, metadata=_help(
-        'results folder (default: work_dirs/noise_robustness/'
+    out: Optional[str] = field(default=None, metadata=dict(
+        help='results folder (default: work_dirs/noise_robustness/'
         '<config>_<target>_<mode>)'))
-    name: Optional[str] = field(default=None, metadata=_help(
-        'legend label (default: config name)'))
-    resume: bool = field(default=False, metadata=_help(
-        'continue the sweep in --out, skipping finished points'))
-    ablation: bool = field(default=True, metadata=_help(
-        'skip the attention-removed reference'))
-    compare: Sequence[str] = field(default=(), metadata=_help(
-        'other sweep folders to overlay in robustness.png'))
-    groups: Optional[Sequence[str]] = field(default=None, metadata=_help(
-        'also sweep each parameter group of the attention layers alone '
+    name: Optional[str] = field(default=None, metadata=dict(
+        help='legend label (default: config name)'))
+    resume: bool = field(default=False, metadata=dict(
+        help='continue the sweep in --out, skipping finished points'))
+    ablation: bool = field(default=True, metadata=dict(
+        help='skip the attention-removed reference'))
+    compare: Sequence[str] = field(default=(), metadata=dict(
+        help='other sweep folders to overlay in robustness.png'))
+    groups: Optional[Sequence[str]] = field(default=None, metadata=dict(
+        help='also sweep each parameter group of the attention layers alone '
         '(all groups the head has, or those named: ' + ', '.join(GROUPS)
         + ')', nargs='*', choices=GROUPS, metavar='GROUP'))
-    subspace_angles: bool = field(default=False, metadata=_help(
-        'measure, per subspace attention layer and sigma, the principal '
+    subspace_angles: bool = field(default=False, metadata=dict(
+        help='measure, per subspace attention layer and sigma, the principal '
         'angles between span(U_k) and span(U_k + noise) and the relative '
         'change of the attention update (CBSA, MSSA, TSSA heads)'))
-    angle_images: int = field(default=4, metadata=_help(
-        'test images the update change is measured on (default 4)'))
-    max_heads: int = field(default=8, metadata=_help(
-        'perturbed copies of the decode head evaluated together in one '
+    angle_images: int = field(default=4, metadata=dict(
+        help='test images the update change is measured on (default 4)'))
+    max_heads: int = field(default=8, metadata=dict(
+        help='perturbed copies of the decode head evaluated together in one '
         'pass over the data (shared-encoder sweep; default 8; bounds the '
         'memory)'))
-    shared_encoder: bool = field(default=True, metadata=_help(
-        'evaluate one noise draw at a time, encoder included, even for '
+    shared_encoder: bool = field(default=True, metadata=dict(
+        help='evaluate one noise draw at a time, encoder included, even for '
         'decode-head noise'))
     cfg_options: Optional[Dict[str, Any]] = None
     work_dir: Optional[str] = None

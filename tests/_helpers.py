@@ -131,3 +131,26 @@ def demo_configs() -> dict:
     """The demo models (name -> config path relative to the repository
     root), as ``make demo`` defines them."""
     return dict(DEMO_MODELS)
+
+
+class StubRunner:
+    """What ``run_noise_sweep`` and ``run_corruption_benchmark`` use of the
+    mmengine Runner they build, around a model built by hand (no config
+    dump, no checkpoint loaded): for tests of what those functions do with
+    an error raised inside them."""
+
+    def __init__(self, model: torch.nn.Module, dataset: Any = ()) -> None:
+        from types import SimpleNamespace
+        self.model = model
+        self.cfg = {}
+        self.test_loop = SimpleNamespace(dataloader=SimpleNamespace(
+            dataset=dataset))
+
+    def register_hook(self, hook: Any) -> None:
+        pass
+
+    def load_or_resume(self) -> None:
+        pass
+
+    def call_hook(self, name: str) -> None:
+        pass

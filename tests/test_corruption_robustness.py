@@ -9,7 +9,7 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from _helpers import REPO, run_tool
+from _helpers import REPO, StubRunner, run_tool
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
@@ -277,7 +277,7 @@ def test_tool_reduced_grid_matches_test_tool_and_resumes(tiny_ade,
     assert again['summary']['expected'] == 6 and again['summary']['complete']
 
 
-def test_tool_bad_input(tiny_ade, checkpoint, tmp_path):
+def test_tool_bad_input(tiny_ade, checkpoint, tmp_path, monkeypatch):
     proc = run_tool([TOOL, CONFIG, checkpoint, '--corruptions', 'rain'],
                     check=False)
     assert proc.returncode == 2
@@ -291,7 +291,8 @@ def test_tool_bad_input(tiny_ade, checkpoint, tmp_path):
                                         CorruptionOptions(**options))
 
     cases = [
-        (dict(severities=['0']), 'integers in 1..5'),
+        (dict(severities=['0']), '--severities must be integers in 1..5'),
+        (dict(corruptions=['rain']), "--corruptions: unknown .*'rain'"),
         (dict(severities=['high']), 'integers in 1..5'),
         (dict(severities=['2.5']), 'integers in 1..5'),
         (dict(config='missing.py'), "config file 'missing.py' does not"),
@@ -312,3 +313,19 @@ def test_tool_bad_input(tiny_ade, checkpoint, tmp_path):
     with pytest.raises(ToolError, match='different settings.*seed'):
         run(out=str(tmp_path / 'other'), resume=True,
             cfg_options=data_cfg_options(tiny_ade))
+    # any other error is not the user's: raised as it is (a tool exits 1
+    # with its traceback), not turned into a ToolError; here from the
+    # evaluation, on a stub Runner
+    from mmseg_whitebox.robustness.corruptions import corruption_robustness
+    from mmseg_whitebox.robustness.evaluation import RunnerEvaluation
+    stub = StubRunner(torch.nn.Linear(1, 1), [ImageCorruption()])
+    monkeypatch.setattr(corruption_robustness, 'build_corruption_runner',
+                        lambda *args: stub)
+
+    def boom(self):
+        raise ValueError('boom')
+
+    monkeypatch.setattr(RunnerEvaluation, '__call__', boom)
+    with pytest.raises(ValueError, match='^boom$') as raised:
+        run(out=str(tmp_path / 'bug'))
+    assert type(raised.value) is ValueError

@@ -14,14 +14,14 @@ from mmengine.registry import init_default_scope
 from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
                                        LoopEvaluation, NoiseSweep,
                                        NoiseSweepOptions, ParameterNoise,
-                                       ResultStore, check_sweep_settings,
-                                       find_attention_sites, format_summary,
+                                       ResultStore, find_attention_sites, format_summary,
                                        run_noise_sweep, select_layers,
                                        select_parameters)
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import SettingError, ToolError
 
-from _helpers import REPO, demo_configs, run_tool, small_run_options
+from _helpers import (REPO, StubRunner, demo_configs, run_tool,
+                      small_run_options)
 
 CONFIGS = demo_configs()
 # the documented definition (mmseg_whitebox.robustness.sites), per layer
@@ -107,7 +107,8 @@ def test_other_targets_layers_and_errors():
         select_parameters(model, 'decoder-attention', layers=[7])
     with pytest.raises(ValueError, match='selects no parameters'):
         select_parameters(model, 'nothing_matches_this')
-    with pytest.raises(ValueError, match='regular expression'):
+    # a bad target is the user's input: a ToolError (and a ValueError)
+    with pytest.raises(ToolError, match='--target .*regular expression'):
         select_parameters(model, '([')
 
 
@@ -149,20 +150,41 @@ def test_linear_decoder_has_no_attention():
         select_layers(model, 'decoder', 'each')
 
 
+GOOD_SETTINGS = dict(sigmas=[0.0, 0.1], seeds=1, mode='relative')
+
+
 @pytest.mark.parametrize('kwargs, match', [
-    (dict(sigmas=[0.1, -1.0]), 'sigmas'),
-    (dict(num_seeds=0), 'seeds'),
-    (dict(mode='percent'), 'mode'),
+    (dict(sigmas=[0.1, -1.0]), '--sigmas .*-1.0'),
+    (dict(sigmas=[float('inf')]), '--sigmas .*inf'),
+    (dict(sigmas=[]), '--sigmas'),
+    (dict(seeds=0), '--seeds'),
+    (dict(mode='percent'), '--mode'),
+    (dict(max_heads=0), '--max-heads'),
+    (dict(angle_images=0), '--angle-images'),
+    (dict(layers=['each', '1']), '--layers: "each" or layer indices'),
+    (dict(layers=['first']), "--layers .*'first'"),
 ])
-def test_sweep_settings_are_checked_in_one_place(kwargs, match):
-    """What a sweep refuses, the tool refuses before building a model."""
-    settings = dict(sigmas=[0.0, 0.1], num_seeds=1, mode='relative')
-    check_sweep_settings(**settings)
-    settings.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        check_sweep_settings(**settings)
-    with pytest.raises(ValueError, match=match):
-        NoiseSweep(torch.nn.Linear(2, 2), dict, [], **settings)
+def test_sweep_settings_are_checked_once_when_made(kwargs, match):
+    """The options are checked when they are made (by the tool from its
+    flags, or by a library user), with a ToolError naming the flag, before
+    a model is built; a sensitivity case: the same options with good
+    values pass."""
+    NoiseSweepOptions(**GOOD_SETTINGS)
+    with pytest.raises(ToolError, match=match):
+        NoiseSweepOptions(**dict(GOOD_SETTINGS, **kwargs))
+    options = NoiseSweepOptions(**GOOD_SETTINGS)
+    for key, value in kwargs.items():  # a field changed afterwards
+        setattr(options, key, value)
+    with pytest.raises(ToolError, match=match):
+        options.check()
+
+
+def test_sweep_layers_as_the_command_line_gives_them():
+    assert NoiseSweepOptions(layers=['each']).layers == 'each'
+    assert NoiseSweepOptions(layers='each').layers == 'each'
+    assert NoiseSweepOptions(layers=['2', '0']).layers == [2, 0]
+    assert NoiseSweepOptions(layers=[1]).layers == [1]
+    assert NoiseSweepOptions().layers is None
 
 
 def test_noise_statistics_and_only_selected_parameters_change():
@@ -215,7 +237,8 @@ def test_bitwise_restoration_on_failure_mid_evaluation(failure):
             raise failure('injected')
         return dict(mIoU=50.0, aAcc=80.0, mAcc=60.0)
 
-    sweep = NoiseSweep(model, evaluate, [sel], [0.1, 1.0], num_seeds=2)
+    sweep = NoiseSweep(model, evaluate, [sel],
+                       NoiseSweepOptions(sigmas=[0.1, 1.0], seeds=2))
     with pytest.raises(failure):
         sweep.run()
     assert len(calls) == 4
@@ -233,8 +256,8 @@ def test_bitwise_restoration_after_a_sweep_and_interrupted_noise(monkeypatch):
         out = forward(model)
         return dict(mIoU=float(out.abs().mean()), aAcc=0.0, mAcc=0.0)
 
-    NoiseSweep(model, evaluate, [sel], [1e-3, 0.1, 10.0],
-               num_seeds=2).run()
+    NoiseSweep(model, evaluate, [sel],
+               NoiseSweepOptions(sigmas=[1e-3, 0.1, 10.0], seeds=2)).run()
     assert snapshot(model) == before
     # an interruption while the noise is being added (after 3 parameters
     # were perturbed) also restores
@@ -275,8 +298,8 @@ def test_nonfinite_predictions_are_recorded_not_fatal():
         predict(model)
         return dict(mIoU=1.0, aAcc=1.0, mAcc=1.0)
 
-    data = NoiseSweep(model, evaluate, [sel], [1e-3, 1e30],
-                      num_seeds=1).run()
+    data = NoiseSweep(model, evaluate, [sel],
+                      NoiseSweepOptions(sigmas=[1e-3, 1e30], seeds=1)).run()
     assert data['clean']['nonfinite_fraction'] == 0
     small, huge = data['points']
     assert small['nonfinite_fraction'] == 0
@@ -359,7 +382,8 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
         return dict(mIoU=float(len(calls)), aAcc=1.0, mAcc=1.0)
 
     setup = dict(mode='absolute', num_seeds=2, target='decoder-attention')
-    NoiseSweep(model, evaluate, [sel], [0.01, 0.1], 2,
+    NoiseSweep(model, evaluate, [sel],
+               NoiseSweepOptions(sigmas=[0.01, 0.1], seeds=2),
                store=ResultStore(str(tmp_path), setup)).run()
     assert len(calls) == 2 + 2 * 2  # clean, ablated, 2 sigmas x 2 draws
     with pytest.raises(FileExistsError, match='--resume'):
@@ -381,7 +405,8 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
             resume=True)
     calls.clear()
     store = ResultStore(str(tmp_path), setup, resume=True)
-    sweep = NoiseSweep(model, evaluate, [sel], [0.01, 0.1, 1.0], 2,
+    sweep = NoiseSweep(model, evaluate, [sel],
+                       NoiseSweepOptions(sigmas=[0.01, 0.1, 1.0], seeds=2),
                        store=store)
     assert sweep.num_evaluations == 2
     data = sweep.run()
@@ -406,7 +431,8 @@ def test_loop_evaluation_with_real_metric(tiny_ade):
     loader = Runner.build_dataloader(cfg.test_dataloader)
     evaluate = LoopEvaluation(model, loader, cfg.test_evaluator)
     sel = select_parameters(model, 'decoder-attention')
-    data = NoiseSweep(model, evaluate, [sel], [0.0, 0.5], 2).run()
+    data = NoiseSweep(model, evaluate, [sel],
+                      NoiseSweepOptions(sigmas=[0.0, 0.5], seeds=2)).run()
     clean = data['clean']['mIoU']
     zero = [p for p in data['points'] if p['sigma'] == 0.0][0]
     assert len(zero['draws']) == 1 and zero['mIoU_mean'] == clean
@@ -467,14 +493,47 @@ def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
     assert (tmp_path / 'cmp.png').is_file(), plot.stdout
 
 
+def parsed_cfg_options(options):
+    """``--cfg-options`` items as the tools parse them."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    return parser.parse_args(['--cfg-options'] + options).cfg_options
+
+
+def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(tmp_path,
+                                                           monkeypatch):
+    """``run_noise_sweep`` translates nothing: a ValueError raised deep in
+    the sweep (here by the evaluation, on a stub Runner) comes out as it
+    is, so the tool exits 1 with its traceback; only a ToolError is the
+    user's."""
+    from mmseg_whitebox.cli.errors import user_error_message
+    from mmseg_whitebox.robustness import noise_robustness
+    from mmseg_whitebox.robustness.evaluation import RunnerEvaluation
+    model = build_model('cbsa')
+    monkeypatch.setattr(noise_robustness, 'build_test_runner',
+                        lambda *args: StubRunner(model))
+
+    def boom(self):
+        raise ValueError('boom')
+
+    monkeypatch.setattr(RunnerEvaluation, '__call__', boom)
+    options = NoiseSweepOptions(sigmas=[0.05], seeds=1,
+                                out=str(tmp_path / 'sweep'),
+                                shared_encoder=False, progress=False)
+    with pytest.raises(ValueError, match='^boom$') as raised:
+        run_noise_sweep('config.py', 'ckpt.pth', options,
+                        log=lambda msg: None)
+    assert type(raised.value) is ValueError
+    assert user_error_message(raised.value) is None  # a bug: exit 1
+    assert user_error_message(SettingError('boom')) == 'boom'
+
+
 def test_run_noise_sweep_is_the_tool_as_a_library(checkpoint, tmp_path):
     """``run_noise_sweep`` gives the tool's results (same draws, same
     metrics), its plot and its printout; bad settings fail before a model
     is built."""
     opts = small_run_options(checkpoint['data_root'], 4)
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
-    cfg_options = parser.parse_args(['--cfg-options'] + opts).cfg_options
+    cfg_options = parsed_cfg_options(opts)
     config = osp.join(REPO, CONFIGS['cbsa-rigorous'])
     tool_out = tmp_path / 'tool'
     run_tool(['tools/noise_robustness.py', config, checkpoint['ckpt'],

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from mmseg_whitebox.robustness import (GROUPS, NoiseSweep, ResultStore,
+from mmseg_whitebox.robustness import (GROUPS, NoiseSweep,
+                                       NoiseSweepOptions, ResultStore,
                                        compare_sweeps, group_selections,
                                        mean_ci, normalized_auc,
                                        parameter_groups, principal_angles,
@@ -259,7 +260,8 @@ def test_group_sweep_shares_one_ablation(tmp_path):
         return dict(mIoU=50.0 - len(calls), aAcc=1.0, mAcc=1.0)
 
     store = ResultStore(str(tmp_path), dict(mode='absolute'))
-    sweep = NoiseSweep(model, evaluate, selections, [0.1], 1, store=store)
+    sweep = NoiseSweep(model, evaluate, selections,
+                       NoiseSweepOptions(sigmas=[0.1], seeds=1), store=store)
     assert sweep.num_evaluations == 1 + 1 + 5
     data = sweep.run()
     assert len(calls) == 7

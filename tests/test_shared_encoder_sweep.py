@@ -11,7 +11,8 @@ from mmengine.config import Config, ConfigDict
 from mmseg.evaluation import IoUMetric
 
 from mmseg_whitebox.robustness import (LoopEvaluation, NoiseSweep,
-                                       ResultStore, select_parameters)
+                                       NoiseSweepOptions, ResultStore,
+                                       select_parameters)
 
 from _helpers import REPO, demo_configs
 from test_robustness import build_model, snapshot
@@ -58,8 +59,10 @@ def evaluation(name, data_root, **test_cfg):
 def sweep(model, evaluate, target='decoder-attention', shared=True,
           store=None, log=None):
     sel = select_parameters(model, target)
-    return NoiseSweep(model, evaluate, [sel], SIGMAS, num_seeds=2,
-                      ablation=False, store=store, log=log or print,
+    return NoiseSweep(model, evaluate, [sel],
+                      NoiseSweepOptions(sigmas=SIGMAS, seeds=2,
+                                        ablation=False),
+                      store=store, log=log or print,
                       shared=evaluate.shared_encoder(2) if shared else None)
 
 

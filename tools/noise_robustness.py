@@ -44,103 +44,19 @@ import argparse
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.cli import (add_checkpoint_check_args, add_common_args,
-                                resumable, run_tool, tool_parser)
-from mmseg_whitebox.robustness import (NAMED_TARGETS, NoiseSweepOptions,
-                                       PAPER_SIGMAS, format_summary,
+from mmseg_whitebox.cli import options_from_args, resumable, run_tool
+from mmseg_whitebox.cli.robustness_parsers import noise_sweep_parser
+from mmseg_whitebox.robustness import (NoiseSweepOptions, format_summary,
                                        run_noise_sweep)
-from mmseg_whitebox.robustness.groups import GROUPS
-from mmseg_whitebox.robustness.perturbation import MODES
-
-
-def layer_index(value: str):
-    """A --layers entry: "each" or a layer index."""
-    if value == 'each':
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'takes "each" or layer indices, not {value!r}') from None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = tool_parser(__doc__)
-    p.add_argument('config', help='config file path')
-    p.add_argument('checkpoint', help='checkpoint file')
-    p.add_argument('--sigmas', type=float, nargs='+',
-                   default=list(PAPER_SIGMAS),
-                   help='noise standard deviations (default: the CBSA '
-                   'paper\'s grid, 1e-3 ... 1.0)')
-    p.add_argument('--seeds', type=int, default=3,
-                   help='noise draws per sigma (default 3)')
-    p.add_argument('--seed', type=int, default=0,
-                   help='seed of the first draw (draw i uses seed+i)')
-    p.add_argument('--target', default='decoder-attention',
-                   help=', '.join(NAMED_TARGETS) + ' (the first is the '
-                   'default), or a regular expression over parameter names')
-    p.add_argument('--layers', nargs='+', type=layer_index,
-                   help='perturb one attention layer at a time (its '
-                   'attention parameters within the target, also with '
-                   '--target decoder): "each", or layer indices (printed by '
-                   'the tool)')
-    p.add_argument('--mode', choices=MODES, default='absolute',
-                   help='absolute sigma (the paper\'s), or relative to each '
-                   'tensor\'s RMS')
-    p.add_argument('--out',
-                   help='results folder (default: work_dirs/'
-                   'noise_robustness/<config>_<target>_<mode>)')
-    p.add_argument('--name', help='legend label (default: config name)')
-    p.add_argument('--resume', action='store_true',
-                   help='continue the sweep in --out, skipping finished '
-                   'points')
-    p.add_argument('--no-ablation', action='store_true',
-                   help='skip the attention-removed reference')
-    p.add_argument('--compare', nargs='+', default=[],
-                   help='other sweep folders to overlay in robustness.png')
-    p.add_argument('--groups', nargs='*', choices=GROUPS, metavar='GROUP',
-                   help='also sweep each parameter group of the attention '
-                   'layers alone (all groups the head has, or those named: '
-                   + ', '.join(GROUPS) + ')')
-    p.add_argument('--subspace-angles', action='store_true',
-                   help='measure, per subspace attention layer and sigma, '
-                   'the principal angles between span(U_k) and '
-                   'span(U_k + noise) and the relative change of the '
-                   'attention update (CBSA, MSSA, TSSA heads)')
-    p.add_argument('--angle-images', type=int, default=4,
-                   help='test images the update change is measured on '
-                   '(default 4)')
-    p.add_argument('--max-heads', type=int, default=8,
-                   help='perturbed copies of the decode head evaluated '
-                   'together in one pass over the data (shared-encoder '
-                   'sweep; default 8; bounds the memory)')
-    p.add_argument('--no-shared-encoder', action='store_true',
-                   help='evaluate one noise draw at a time, encoder '
-                   'included, even for decode-head noise')
-    add_checkpoint_check_args(p, 'sweep')
-    add_common_args(p)
-    args = p.parse_args(argv)
-    if args.layers and 'each' in args.layers:
-        if args.layers != ['each']:
-            p.error('--layers: "each" or layer indices, not both')
-        args.layers = 'each'
-    return args
+    return noise_sweep_parser(__doc__).parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    options = NoiseSweepOptions(
-        sigmas=args.sigmas, seeds=args.seeds, seed=args.seed,
-        target=args.target, layers=args.layers, mode=args.mode, out=args.out,
-        name=args.name, resume=args.resume, ablation=not args.no_ablation,
-        compare=args.compare, groups=args.groups,
-        subspace_angles=args.subspace_angles, angle_images=args.angle_images,
-        max_heads=args.max_heads,
-        shared_encoder=not args.no_shared_encoder,
-        cfg_options=args.cfg_options, work_dir=args.work_dir,
-        launcher=args.launcher,
-        allow_partial_checkpoint=args.allow_partial_checkpoint,
-        allow_nonfinite_weights=args.allow_nonfinite_weights)
+    options = options_from_args(NoiseSweepOptions, args)
     out = options.out_dir(args.config)
     with resumable(out, 'draws'):
         data = run_noise_sweep(args.config, args.checkpoint, options)

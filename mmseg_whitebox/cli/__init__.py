@@ -8,13 +8,15 @@ from mmseg_whitebox.utils.tool_error import BAD_INPUT, ToolError
 from .configs import load_config
 from .options import (CfgOptionsAction, add_cfg_options_arg,
                       add_checkpoint_check_args, add_common_args,
-                      checkpoint_check_hook, tool_parser)
+                      add_dataclass_args, checkpoint_check_hook,
+                      options_from_args, tool_parser)
 from .runner import (INTERRUPTED, end_process_group, exit_distributed_worker,
                      resumable, run_tool)
 
 __all__ = [
     'BAD_INPUT', 'CfgOptionsAction', 'HOOK_TYPE', 'INTERRUPTED', 'ToolError',
     'add_cfg_options_arg', 'add_checkpoint_check_args', 'add_common_args',
+    'add_dataclass_args', 'options_from_args',
     'checkpoint_check_hook', 'drop_training', 'end_process_group',
     'ensure_weights_only_checkpoints', 'exit_distributed_worker',
     'load_config', 'resumable', 'run_tool', 'tool_parser'

@@ -9,12 +9,15 @@ import functools
 import importlib.util
 import inspect
 import os.path as osp
+import re
 import sys
 import types
 import warnings
 from typing import Any, Iterator, List, Sequence
 
 import numpy as np
+
+from mmseg_whitebox.utils.tool_error import MissingExtraError, SettingError
 
 SEVERITIES = (1, 2, 3, 4, 5)
 #: corruption groups of ``imagecorruptions.get_corruption_names``; the
@@ -26,9 +29,10 @@ INSTALL_HINT = ("install the corruptions extra: pip install -e "
                 "scikit-image)")
 
 
-class CorruptionError(ValueError):
-    """Bad corruption settings (name, severity) or an image the corruptions
-    cannot take."""
+class CorruptionError(SettingError):
+    """Bad corruption settings (name, severity), a test pipeline the
+    benchmark cannot change, or an image the corruptions cannot take: a
+    user's input (a ``ToolError``, and a ``ValueError``)."""
 
 
 # -- the library and its adapter -------------------------------------------
@@ -109,7 +113,8 @@ def load_imagecorruptions() -> types.ModuleType:
     """The ``imagecorruptions`` package, adapted to this environment.
 
     Raises:
-        ImportError: with install instructions, when it is missing.
+        MissingExtraError: (an ``ImportError``) with install
+            instructions, when it is missing.
     """
     try:
         with warnings.catch_warnings():
@@ -118,8 +123,9 @@ def load_imagecorruptions() -> types.ModuleType:
                 import imagecorruptions
                 from imagecorruptions import corruptions
     except ImportError as exc:
-        raise ImportError(f'image corruptions need the imagecorruptions '
-                          f'package ({exc}); {INSTALL_HINT}') from exc
+        raise MissingExtraError(f'image corruptions need the '
+                                f'imagecorruptions package ({exc}); '
+                                f'{INSTALL_HINT}') from exc
     _adapt(corruptions)
     return imagecorruptions
 
@@ -136,9 +142,11 @@ def corruption_names(group: str = 'all') -> List[str]:
         'common' if group == 'benchmark' else group))
 
 
-def resolve_corruptions(names: Sequence[str]) -> List[str]:
+def resolve_corruptions(names: Sequence[str],
+                        option: str = 'corruptions') -> List[str]:
     """Corruption names (and group names, expanded) in order, without
-    repeats.
+    repeats; ``option``: what the errors call the setting (e.g.
+    ``--corruptions``).
 
     Raises:
         CorruptionError: naming the unknown ones and listing the valid
@@ -158,24 +166,35 @@ def resolve_corruptions(names: Sequence[str]) -> List[str]:
         out += [n for n in expanded if n not in out]
     if unknown:
         raise CorruptionError(
-            f'unknown corruption(s): {", ".join(map(repr, unknown))}; valid '
-            f'names: {", ".join(valid)}; or groups: {", ".join(GROUPS)}')
+            f'{option}: unknown corruption(s): '
+            f'{", ".join(map(repr, unknown))}; valid names: '
+            f'{", ".join(valid)}; or groups: {", ".join(GROUPS)}')
     if not out:
-        raise CorruptionError('no corruptions given')
+        raise CorruptionError(f'{option}: no corruptions given')
     return out
 
 
-def check_severities(severities: Sequence[Any]) -> List[int]:
-    """Severities as sorted unique ints in 1..5.
+def _severity(value: Any) -> Any:
+    """An ImageNet-C severity from an int or its text; None otherwise."""
+    if isinstance(value, str) and re.fullmatch(r'\s*\d+\s*', value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value) if value in SEVERITIES else None
+
+
+def check_severities(severities: Sequence[Any],
+                     option: str = 'severities') -> List[int]:
+    """Severities as sorted unique ints in 1..5, from ints or their text
+    (as a command line gives them); ``option``: what the errors call the
+    setting (e.g. ``--severities``).
 
     Raises:
         CorruptionError: for anything else.
     """
-    bad = [s for s in severities
-           if isinstance(s, bool) or not isinstance(s, (int, np.integer))
-           or s not in SEVERITIES]
-    if bad or not severities:
+    values = [_severity(s) for s in severities]
+    if None in values or not values:
         raise CorruptionError(
-            'severities must be integers in 1..5 (ImageNet-C levels), got '
-            f'{list(severities)!r}')
-    return sorted({int(s) for s in severities})
+            f'{option} must be integers in 1..5 (ImageNet-C levels), got '
+            f'{" ".join(map(str, severities)) or "none"}')
+    return sorted(set(values))

@@ -4,8 +4,7 @@ summary metrics, parameter groups and subspace diagnostics."""
 from .compare import compare_sweeps
 from .evaluation import LoopEvaluation, RunnerEvaluation, build_test_runner
 from .groups import GROUPS, group_selections, parameter_groups
-from .noise_robustness import (NoiseSweepOptions, format_summary,
-                               run_noise_sweep)
+from .noise_robustness import format_summary, run_noise_sweep
 from .perturbation import ParameterNoise
 from .selection import (NAMED_TARGETS, Selection, select_layers,
                         select_parameters)
@@ -14,15 +13,15 @@ from .sites import (AttentionAblation, AttentionSite, AttentionUsage,
 from .subspaces import principal_angles, subspace_change
 from .summary import (attention_unused, mean_ci, normalized_auc,
                       sigma_at_fraction, summarize_results)
-from .sweep import (PAPER_SIGMAS, NoiseSweep, ResultStore,
-                    check_sweep_settings)
+from .sweep import NoiseSweep, ResultStore
+from .sweep_options import PAPER_SIGMAS, NoiseSweepOptions
 
 __all__ = [
     'AttentionAblation', 'AttentionSite', 'AttentionUsage', 'GROUPS',
     'LoopEvaluation', 'NAMED_TARGETS', 'NoiseSweep', 'NoiseSweepOptions',
     'PAPER_SIGMAS', 'ParameterNoise', 'ResultStore', 'RunnerEvaluation',
     'Selection', 'attention_unused', 'build_test_runner',
-    'check_sweep_settings', 'compare_sweeps', 'find_attention_sites',
+    'compare_sweeps', 'find_attention_sites',
     'format_summary', 'run_noise_sweep',
     'group_selections', 'mean_ci', 'normalized_auc', 'parameter_groups',
     'principal_angles', 'select_layers', 'select_parameters',

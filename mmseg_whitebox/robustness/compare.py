@@ -8,6 +8,7 @@ import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 from mmseg_whitebox.utils.atomic import write_csv, write_text
+from mmseg_whitebox.utils.tool_error import SettingError
 from .plotting import load_results, plot_robustness, result_label
 from .summary import (common_sigmas, markdown_table, summarize_results,
                       summary_rows)
@@ -34,13 +35,14 @@ def compare_sweeps(folders: Sequence[str],
     columns (default: every sigma common to all sweeps).
 
     Raises:
-        FileNotFoundError: for a folder without ``results.json``.
-        ValueError: with wrong labels, no common sigma, or a requested
-            sigma not in every sweep.
+        MissingInputError: (a ``FileNotFoundError``) for a folder without
+            ``results.json``.
+        SettingError: (a ``ValueError``) with wrong labels, no common
+            sigma, or a requested sigma not in every sweep.
     """
     if labels and len(labels) != len(folders):
-        raise ValueError(f'give one label per folder ({len(folders)}), got '
-                         f'{len(labels)}')
+        raise SettingError(f'--labels: give one label per folder '
+                           f'({len(folders)}), got {len(labels)}')
     runs = []
     for i, folder in enumerate(folders):
         results = load_results(folder)
@@ -48,12 +50,14 @@ def compare_sweeps(folders: Sequence[str],
                      results))
     common = common_sigmas([r for _, r in runs])
     if not common:
-        raise ValueError('the sweeps share no sigma > 0: nothing to compare')
+        raise SettingError('the sweeps share no sigma > 0: nothing to '
+                           'compare')
     columns = list(common if sigmas is None else sigmas)
     missing = [s for s in columns if float(s) not in common]
     if missing:
-        raise ValueError(f'sigma {missing} is not in every sweep; common '
-                         f'sigmas: {", ".join(f"{s:g}" for s in common)}')
+        raise SettingError(f'--sigmas: sigma {missing} is not in every '
+                           'sweep; common sigmas: '
+                           f'{", ".join(f"{s:g}" for s in common)}')
     notes: List[str] = []
     modes = {r.get('setup', {}).get('mode', 'absolute') for _, r in runs}
     if len(modes) > 1:

@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
+from mmseg_whitebox.utils.tool_error import SettingError
 from .selection import Selection
 from .sites import KIND_MMCV_MHA, KIND_RESIDUAL_BLOCK
 
@@ -87,17 +88,17 @@ def group_selections(selection: Selection,
     whole selection's sites: its ablation reference is the same.
 
     Raises:
-        ValueError: for a group name that is unknown or not in the
-            selection (naming those it has).
+        SettingError: (a ``ValueError``) for a group name that is unknown
+            or not in the selection (naming those it has).
     """
     grouped = parameter_groups(selection)
     if groups is None:
         groups = list(grouped)
     missing = [g for g in groups if g not in grouped]
     if missing:
-        raise ValueError(
-            f'no parameter group {missing} in selection {selection.label!r}'
-            f'; it has: {", ".join(grouped)} (all groups: '
+        raise SettingError(
+            f'--groups: no parameter group {missing} in selection '
+            f'{selection.label!r}; it has: {", ".join(grouped)} (all groups: '
             f'{", ".join(GROUPS)})')
     return [Selection(group_label(selection.label, g), selection.target,
                       grouped[g], list(selection.sites)) for g in groups]

@@ -15,8 +15,7 @@ shows after it. A library user gets the same sweep, resumable, with::
 from __future__ import annotations
 
 import os.path as osp
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional
 
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
 from mmseg_whitebox.utils.input_checks import reported_errors
@@ -24,69 +23,15 @@ from mmseg_whitebox.utils.tool_error import ToolError
 from .evaluation import RunnerEvaluation, build_test_runner
 from .groups import group_selections
 from .plotting import load_results, plot_robustness, result_label
-from .selection import NAMED_TARGETS, select_layers
+from .selection import select_layers
 from .subspaces import (missing_sigmas, subspace_change, subspace_sites,
                         take_batches)
 from .summary import (attention_unused, fmt, markdown_table,
                       summarize_results, summary_rows)
-from .sweep import PAPER_SIGMAS, NoiseSweep, ResultStore, check_sweep_settings
+from .sweep import NoiseSweep, ResultStore
+from .sweep_options import NoiseSweepOptions
 
 Log = Callable[[str], None]
-
-
-@dataclass
-class NoiseSweepOptions:
-    """What to sweep and how (the options of ``tools/noise_robustness.py``,
-    under the same names)."""
-    sigmas: Sequence[float] = tuple(PAPER_SIGMAS)
-    seeds: int = 3
-    seed: int = 0
-    target: str = 'decoder-attention'
-    layers: Optional[Union[str, List[int]]] = None
-    mode: str = 'absolute'
-    out: Optional[str] = None
-    name: Optional[str] = None
-    resume: bool = False
-    ablation: bool = True
-    compare: Sequence[str] = ()
-    groups: Optional[Sequence[str]] = None
-    subspace_angles: bool = False
-    angle_images: int = 4
-    max_heads: int = 8
-    shared_encoder: bool = True
-    cfg_options: Optional[Dict[str, Any]] = None
-    work_dir: Optional[str] = None
-    launcher: str = 'none'
-    allow_partial_checkpoint: bool = False
-    allow_nonfinite_weights: bool = False
-    progress: bool = field(default=True, repr=False)
-
-    def label(self, config: str) -> str:
-        """The legend label: ``name``, or the config's file name."""
-        return self.name or osp.splitext(osp.basename(config))[0]
-
-    def out_dir(self, config: str) -> str:
-        """``out``, or ``work_dirs/noise_robustness/<config>_<target>_
-        <mode>``."""
-        if self.out:
-            return self.out
-        name = osp.splitext(osp.basename(config))[0]
-        tag = self.target if self.target in NAMED_TARGETS else 'regex'
-        return osp.join('work_dirs', 'noise_robustness',
-                        f'{name}_{tag}_{self.mode}')
-
-    def check(self) -> None:
-        """Every check that needs no model, so bad settings fail first."""
-        if self.angle_images < 1:
-            raise ToolError('--angle-images must be >= 1')
-        if self.max_heads < 1:
-            raise ToolError('--max-heads must be >= 1')
-        try:
-            check_sweep_settings(self.sigmas, self.seeds, self.mode)
-            for folder in self.compare:
-                load_results(folder)  # (read again for the plot)
-        except (ValueError, FileNotFoundError) as exc:
-            raise ToolError(str(exc)) from exc
 
 
 def run_noise_sweep(config: str,
@@ -95,32 +40,29 @@ def run_noise_sweep(config: str,
                     log: Log = print) -> Dict[str, Any]:
     """Run (or, with ``options.resume``, continue) the sweep of ``config``
     with the weights of ``checkpoint``; returns the results (as saved in
-    ``results.json`` in ``options.out_dir(config)``). Bad settings raise
-    :class:`~mmseg_whitebox.cli.ToolError` before a model is built
-    where they can. On Ctrl-C, what is finished is plotted before the
-    ``KeyboardInterrupt`` goes on."""
+    ``results.json`` in ``options.out_dir(config)``). Bad input raises a
+    :class:`~mmseg_whitebox.utils.tool_error.ToolError` where it is found:
+    bad settings when the options are made, ``compare`` folders without
+    results and a results folder that is not to be written (or resumed)
+    before a model is built, a target or layer the model does not have
+    after. Any other error is raised as it is. On Ctrl-C, what is finished
+    is plotted before the ``KeyboardInterrupt`` goes on."""
     options = options or NoiseSweepOptions()
-    options.check()
+    for folder in options.compare:
+        load_results(folder)  # (read again for the plot)
     out = options.out_dir(config)
-    try:
-        ResultStore.check_out_dir(out, options.resume)
-    except FileExistsError as exc:
-        raise ToolError(str(exc)) from exc
+    ResultStore.check_out_dir(out, options.resume)
 
     runner = build_test_runner(config, checkpoint, options.cfg_options,
                                options.work_dir, options.launcher)
     runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
-    try:
-        bases = select_layers(evaluation.model, options.target,
-                              options.layers)
-        selections = list(bases)
-        if options.groups is not None:
-            selections = [g for sel in bases for g in [sel] +
-                          group_selections(sel, options.groups or None)]
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
+    bases = select_layers(evaluation.model, options.target, options.layers)
+    selections = list(bases)
+    if options.groups is not None:
+        selections = [g for sel in bases for g in [sel] +
+                      group_selections(sel, options.groups or None)]
     if options.subspace_angles and not any(subspace_sites(s) for s in bases):
         raise ToolError(
             '--subspace-angles needs subspace attention layers (CBSA, MSSA, '
@@ -140,18 +82,13 @@ def run_noise_sweep(config: str,
                  selections=[s.label for s in selections],
                  num_parameters={s.label: s.numel for s in selections},
                  cfg_options=options.cfg_options or {})
-    try:
-        store = ResultStore.on_every_rank(out, setup, resume=options.resume)
-    except (FileExistsError, ValueError) as exc:
-        raise ToolError(str(exc)) from exc
+    store = ResultStore.on_every_rank(out, setup, resume=options.resume)
     if options.subspace_angles:
         _measure_subspaces(evaluation, bases, store, options, say)
-    sweep = NoiseSweep(evaluation.model, evaluation, selections,
-                       options.sigmas, options.seeds, options.mode,
-                       options.seed, store, ablation=options.ablation,
-                       shared=evaluation.shared_encoder(options.max_heads)
-                       if options.shared_encoder else None,
-                       log=lambda msg: say('\n' + msg))
+    shared = (evaluation.shared_encoder(options.max_heads)
+              if options.shared_encoder else None)
+    sweep = NoiseSweep(evaluation.model, evaluation, selections, options,
+                       store, shared=shared, log=lambda msg: say('\n' + msg))
     if not options.shared_encoder:
         say('shared-encoder sweep off (--no-shared-encoder): evaluating '
             'one noise setting at a time')
@@ -173,8 +110,6 @@ def run_noise_sweep(config: str,
     except KeyboardInterrupt:
         plot()
         raise
-    except ValueError as exc:  # e.g. an evaluator without mIoU
-        raise ToolError(str(exc)) from exc
     finally:
         evaluation.close()
     plot()

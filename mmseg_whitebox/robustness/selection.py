@@ -25,6 +25,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
+from mmseg_whitebox.utils.tool_error import SettingError
 from .sites import AttentionSite, _unwrap, find_attention_sites
 
 NAMED_TARGETS = ('decoder-attention', 'decoder', 'encoder-attention')
@@ -66,8 +67,8 @@ def select_parameters(model: nn.Module,
     """Resolve a target (and optional layer indices) to parameters.
 
     Raises:
-        ValueError: with the available choices, if nothing is selected or a
-            layer index does not exist.
+        SettingError: (a ``ValueError``) with the available choices, if
+            nothing is selected or a layer index does not exist.
     """
     model = _unwrap(model)
     named = [(n, p) for n, p in model.named_parameters()]
@@ -83,9 +84,9 @@ def select_parameters(model: nn.Module,
         try:
             pattern = re.compile(target)
         except re.error as exc:
-            raise ValueError(
-                f'target {target!r} is neither one of {NAMED_TARGETS} nor a '
-                f'valid regular expression ({exc})') from None
+            raise SettingError(
+                f'--target {target!r} is neither one of {NAMED_TARGETS} nor '
+                f'a valid regular expression ({exc})') from exc
         params = [(n, p) for n, p in named if pattern.search(n)]
         selected = {id(p) for _, p in params}
         sites = [s for s in find_attention_sites(model, '')
@@ -96,8 +97,9 @@ def select_parameters(model: nn.Module,
             if target in NAMED_TARGETS else sites)}
         missing = [i for i in layers if i not in all_sites]
         if missing:
-            raise ValueError(
-                f'no attention layer {missing} for target {target!r}; '
+            raise SettingError(
+                f'--layers: no attention layer {missing} for target '
+                f'{target!r}; '
                 f'layers: ' + ', '.join(f'[{i}] {s.name}'
                                         for i, s in all_sites.items()))
         sites = [all_sites[i] for i in layers]
@@ -105,7 +107,7 @@ def select_parameters(model: nn.Module,
         params = [(n, p) for n, p in params if id(p) in keep]
     if not params:
         available = find_attention_sites(model, '')
-        msg = f'target {target!r} selects no parameters'
+        msg = f'--target {target!r} selects no parameters'
         if target in NAMED_TARGETS and target != 'decoder':
             msg += (f': the {_scope(target)} has no attention layers (e.g. '
                     'a linear decoder); use --target decoder or a regular '
@@ -113,7 +115,7 @@ def select_parameters(model: nn.Module,
         if available:
             msg += '; attention layers in this model: ' + ', '.join(
                 s.name for s in available)
-        raise ValueError(msg)
+        raise SettingError(msg)
     label = target if layers is None else (
         f'{target}[{",".join(str(i) for i in layers)}]')
     return Selection(label, target, params, sites)
@@ -128,18 +130,18 @@ def select_layers(model: nn.Module,
     attention layer the target covers, or a sequence of layer indices.
 
     Raises:
-        ValueError: as :func:`select_parameters`, or if ``'each'`` finds
+        SettingError: as :func:`select_parameters`, or if ``'each'`` finds
             no attention layers.
     """
     if layers is None:
         return [select_parameters(model, target)]
     if isinstance(layers, str):
         if layers != 'each':
-            raise ValueError(f'layers must be "each" or layer indices, got '
-                             f'{layers!r}')
+            raise SettingError(f'--layers must be "each" or layer indices, '
+                               f'got {layers!r}')
         sites = select_parameters(model, target).sites
         if not sites:
-            raise ValueError(f'target {target!r} covers no attention layers '
-                             'to perturb one at a time')
+            raise SettingError(f'--target {target!r} covers no attention '
+                               'layers to perturb one at a time (--layers)')
         layers = [s.index for s in sites]
     return [select_parameters(model, target, [i]) for i in layers]

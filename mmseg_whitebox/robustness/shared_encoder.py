@@ -194,11 +194,11 @@ class SharedEncoderEvaluation:
                          twin.parameters()))
         try:
             params = [(n, twins[id(p)]) for n, p in setting.parameters]
-        except KeyError:
+        except KeyError as exc:
             raise ValueError(
                 'shared-encoder sweep: ' + (self.unsupported(
                     setting.parameters) or 'parameter not in the head')
-            ) from None
+            ) from exc
         stack.enter_context(ParameterNoise(params, setting.sigma,
                                            setting.mode, setting.seed))
         return twin

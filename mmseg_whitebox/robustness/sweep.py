@@ -28,7 +28,6 @@ time.
 from __future__ import annotations
 
 import json
-import math
 import os
 import os.path as osp
 import statistics
@@ -40,18 +39,17 @@ import torch.nn as nn
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
+from mmseg_whitebox.utils.tool_error import OutputExistsError, SettingError
 from .metrics import Evaluate
-from .perturbation import MODES, ParameterNoise
+from .perturbation import ParameterNoise
 from .resume import setup_differences, with_config_digest
 from .selection import Selection
 from .shared_encoder import NoiseSetting, SharedEncoderEvaluation
 from .sites import AttentionAblation, AttentionUsage
 from .summary import attention_unused, summarize_results, summary_rows
+from .sweep_options import NoiseSweepOptions
 
 METRICS = ('mIoU', 'aAcc', 'mAcc')
-# the CBSA paper's grid (Fig. 8)
-PAPER_SIGMAS = (1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 1e-2, 2e-2, 3e-2, 4e-2, 5e-2,
-                0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
@@ -70,28 +68,6 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
     out['nonfinite_fraction'] = statistics.fmean(
         d.get('nonfinite_fraction', 0.0) for d in draws)
     return out
-
-
-def check_sweep_settings(sigmas: Sequence[float],
-                         num_seeds: int = 3,
-                         mode: str = 'absolute') -> None:
-    """The checks :class:`NoiseSweep` makes on its settings, so that a tool
-    can make them before it builds a model.
-
-    Raises:
-        ValueError: naming the bad setting.
-    """
-    if mode not in MODES:
-        raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-    if num_seeds < 1:
-        raise ValueError(f'the number of seeds (noise draws per sigma) '
-                         f'must be >= 1, got {num_seeds}')
-    bad = [s for s in sigmas if not (math.isfinite(s) and s >= 0)]
-    if bad:
-        raise ValueError(
-            f'sigmas must be finite and >= 0 (0 is the clean model), got '
-            f'{", ".join(repr(s) for s in bad)}: e.g. --sigmas 0.001 0.01 '
-            '0.1')
 
 
 class ResultStore:
@@ -119,7 +95,7 @@ class ResultStore:
             data = read_json(self.json_path, 'results of a noise sweep')
             diff = setup_differences(data.get('setup', {}), setup)
             if diff:
-                raise ValueError(
+                raise SettingError(
                     f'cannot resume {out_dir}: it was made with different '
                     'settings (' + '; '.join(diff) + '); resume with those, '
                     'or choose another output folder (--out)')
@@ -159,13 +135,13 @@ class ResultStore:
 
     @staticmethod
     def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
-        """Raise :class:`FileExistsError` if ``out_dir`` already holds sweep
-        results and ``resume`` is off, a ``ToolError`` if it cannot be
-        written (checked by the constructor too; a tool calls it before
-        building a model)."""
+        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if
+        ``out_dir`` already holds sweep results and ``resume`` is off, a
+        ``ToolError`` if it cannot be written (checked by the constructor
+        too; a tool calls it before building a model)."""
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
-            raise FileExistsError(
+            raise OutputExistsError(
                 f'{out_dir} already holds sweep results; pass --resume '
                 '(resume=True) to continue them, or choose another output '
                 'folder')
@@ -285,12 +261,12 @@ class NoiseSweep:
         evaluate: callable returning the current test metrics, e.g. a
             :class:`~.evaluation.RunnerEvaluation`.
         selections: what to perturb; several for one layer at a time.
-        sigmas: noise standard deviations (0 is the clean model).
-        num_seeds: noise draws per sigma; draw ``i`` uses seed
-            ``seed + i``.
-        mode: ``'absolute'`` or ``'relative'``.
+        options: the sweep's ``sigmas`` (0 is the clean model), ``seeds``
+            (noise draws per sigma; draw ``i`` uses seed ``seed + i``),
+            ``mode`` and ``ablation`` (also evaluate the ablation
+            reference per selection); the other fields are
+            :func:`~.noise_robustness.run_noise_sweep`'s.
         store: where results go (in-memory only if None).
-        ablation: also evaluate the ablation reference per selection.
         on_progress: called with a short status string after each
             evaluation (e.g. to advance a progress bar).
         shared: evaluate the noise draws with a shared encoder (see module
@@ -302,25 +278,25 @@ class NoiseSweep:
                  model: nn.Module,
                  evaluate: Evaluate,
                  selections: Sequence[Selection],
-                 sigmas: Sequence[float],
-                 num_seeds: int = 3,
-                 mode: str = 'absolute',
-                 seed: int = 0,
+                 options: Optional[NoiseSweepOptions] = None,
                  store: Optional[ResultStore] = None,
-                 ablation: bool = True,
                  on_progress: Optional[Callable[[str], None]] = None,
                  shared: Optional[SharedEncoderEvaluation] = None,
                  log: Callable[[str], None] = print) -> None:
-        check_sweep_settings(sigmas, num_seeds, mode)
+        options = options or NoiseSweepOptions()
+        if not isinstance(options, NoiseSweepOptions):  # the old signature
+            raise TypeError(
+                'NoiseSweep takes its sigmas, seeds, mode, seed and ablation '
+                f'as NoiseSweepOptions(...), not a {type(options).__name__}')
         self.model = model
         self.evaluate = evaluate
         self.selections = list(selections)
-        self.sigmas = sorted({float(s) for s in sigmas})
-        self.num_seeds = num_seeds
-        self.mode = mode
-        self.seed = seed
+        self.sigmas = sorted({float(s) for s in options.sigmas})
+        self.num_seeds = options.seeds
+        self.mode = options.mode
+        self.seed = options.seed
         self.store = store if store is not None else ResultStore()
-        self.ablation = ablation
+        self.ablation = options.ablation
         self.on_progress = on_progress or (lambda status: None)
         self.shared = shared
         self.log = log
@@ -355,7 +331,7 @@ class NoiseSweep:
         with NonFiniteCounter().watching(self.model) as counter:
             metrics = self.evaluate()
         if 'mIoU' not in metrics:
-            raise ValueError(
+            raise SettingError(
                 f'the test evaluator reports {sorted(metrics)}, not mIoU; '
                 "the sweep needs IoUMetric with iou_metrics=['mIoU']")
         metrics = {k: metrics[k] for k in METRICS if k in metrics}

@@ -22,3 +22,24 @@ class BadFileError(ToolError, ValueError):
 
 class OverwriteError(ToolError, ValueError):
     """A tool was asked to write over one of its own inputs."""
+
+
+class SettingError(ToolError, ValueError):
+    """A setting that cannot be used (an option of a tool, or the argument
+    of a package function behind it); the message names the option. (A
+    ``ValueError`` too, for callers of the package that catch those.)"""
+
+
+class OutputExistsError(ToolError, FileExistsError):
+    """An output folder already holds results that a run would write over
+    (without ``--resume``)."""
+
+
+class MissingInputError(ToolError, FileNotFoundError):
+    """An input a tool was given does not exist or is not what it should
+    be (e.g. a folder without the results it should hold)."""
+
+
+class MissingExtraError(ToolError, ImportError):
+    """A feature needs an optional package that is not installed; the
+    message says how to install it."""

@@ -32,10 +32,7 @@ def main(argv=None) -> str:
     args = parse_args(argv)
     if args.labels and len(args.labels) != len(args.folders):
         raise ToolError('give one --labels entry per folder')
-    try:
-        path = plot_folders(args.folders, args.out, args.labels, args.title)
-    except FileNotFoundError as exc:
-        raise ToolError(str(exc)) from exc
+    path = plot_folders(args.folders, args.out, args.labels, args.title)
     print(f'wrote {path}')
     return path
 

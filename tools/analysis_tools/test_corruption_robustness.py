@@ -26,46 +26,20 @@ import functools
 import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.cli import (add_cfg_options_arg, add_checkpoint_check_args,
-                                resumable, run_tool, tool_parser)
+from mmseg_whitebox.cli import options_from_args, resumable, run_tool
+from mmseg_whitebox.cli.robustness_parsers import corruption_benchmark_parser
 from mmseg_whitebox.robustness.corruptions import (CorruptionOptions,
-                                                   SEVERITIES, markdown_table,
+                                                   markdown_table,
                                                    run_corruption_benchmark)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = tool_parser(__doc__)
-    p.add_argument('config', help='config file path')
-    p.add_argument('checkpoint', help='checkpoint file')
-    p.add_argument('--corruptions', nargs='+', default=['benchmark'],
-                   help='corruption names or groups (default: benchmark, '
-                   'the 15 ImageNet-C corruptions)')
-    p.add_argument('--severities', nargs='+', default=list(SEVERITIES),
-                   help='severities, integers 1..5 (default: all five)')
-    p.add_argument('--seed', type=int, default=0,
-                   help='base seed of the per-image corruption seeds')
-    p.add_argument('--out',
-                   help='results folder (default: work_dirs/'
-                   'corruption_robustness/<config name>)')
-    p.add_argument('--resume', action='store_true',
-                   help='continue the results in --out, skipping finished '
-                   'evaluations')
-    p.add_argument('--name', help='plot title label (default: config name)')
-    p.add_argument('--work-dir',
-                   help='folder for the Runner\'s logs (default: --out)')
-    add_checkpoint_check_args(p)
-    add_cfg_options_arg(p)
-    return p.parse_args(argv)
+    return corruption_benchmark_parser(__doc__).parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    options = CorruptionOptions(
-        corruptions=args.corruptions, severities=args.severities,
-        seed=args.seed, out=args.out, resume=args.resume, name=args.name,
-        work_dir=args.work_dir, cfg_options=args.cfg_options,
-        allow_partial_checkpoint=args.allow_partial_checkpoint,
-        allow_nonfinite_weights=args.allow_nonfinite_weights)
+    options = options_from_args(CorruptionOptions, args)
     out = options.out_dir(args.config)
     with resumable(out, 'evaluations'):
         store = run_corruption_benchmark(

@@ -42,8 +42,7 @@ from mmseg_whitebox.datasets.corruption_transform import (ImageCorruption,
 from .benchmark import (CorruptionBenchmark, CorruptionStore,
                         build_corruption_runner, find_corruption_transforms,
                         insert_corruption_transform)
-from .corruption_robustness import (CorruptionOptions, parse_severities,
-                                    run_corruption_benchmark)
+from .corruption_robustness import CorruptionOptions, run_corruption_benchmark
 from .report import (corruption_summary, markdown_table, plot_corruptions,
                      table_rows)
 
@@ -54,6 +53,6 @@ __all__ = [
     'build_corruption_runner', 'check_severities', 'corrupt_image',
     'corruption_names', 'corruption_summary', 'find_corruption_transforms',
     'image_seed', 'insert_corruption_transform', 'load_imagecorruptions',
-    'markdown_table', 'parse_severities', 'plot_corruptions',
+    'markdown_table', 'plot_corruptions',
     'resolve_corruptions', 'run_corruption_benchmark', 'table_rows'
 ]

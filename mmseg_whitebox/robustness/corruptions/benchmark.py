@@ -15,6 +15,7 @@ from mmseg_whitebox.utils.atomic import (read_json, write_csv, write_json,
                                          write_text)
 from mmseg_whitebox.utils.input_checks import (check_writable_folder,
                                                dataset_configs)
+from mmseg_whitebox.utils.tool_error import OutputExistsError
 from ..evaluation import build_test_runner
 from ..resume import setup_differences, with_config_digest
 from .report import (corruption_summary, markdown_table, plot_corruptions,
@@ -134,11 +135,12 @@ class CorruptionStore:
 
     @staticmethod
     def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
-        """Raise :class:`FileExistsError` if ``out_dir`` holds results and
-        ``resume`` is off (a tool calls it before building a model)."""
+        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if
+        ``out_dir`` holds results and ``resume`` is off, a ``ToolError`` if
+        it cannot be written (a tool calls it before building a model)."""
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
-            raise FileExistsError(
+            raise OutputExistsError(
                 f'{out_dir} already holds corruption results; pass --resume '
                 'to continue them, or choose another output folder (--out)')
         if out_dir:

@@ -7,13 +7,11 @@ the results folder yet, saves after each, and plots
 from __future__ import annotations
 
 import os.path as osp
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Sequence
 
-from mmseg_whitebox.datasets.corruption_library import (CorruptionError,
-                                                        SEVERITIES,
+from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
                                                         check_severities,
-                                                        load_imagecorruptions,
                                                         resolve_corruptions)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
 from mmseg_whitebox.utils.input_checks import check_checkpoint, reported_errors
@@ -25,17 +23,49 @@ from .benchmark import (CorruptionBenchmark, CorruptionStore,
 
 @dataclass
 class CorruptionOptions:
-    """The tool's options, under the same names."""
-    corruptions: Sequence[str] = ('benchmark', )
-    severities: Sequence[Any] = tuple(SEVERITIES)
-    seed: int = 0
-    out: Optional[str] = None
-    resume: bool = False
-    name: Optional[str] = None
-    work_dir: Optional[str] = None
+    """What to evaluate and how: the options of ``tools/analysis_tools/
+    test_corruption_robustness.py`` under the same names (a field with
+    ``help`` is a flag made from it, see
+    :func:`mmseg_whitebox.cli.add_dataclass_args`; ``cfg_options`` and the
+    checkpoint checks' ``allow_*`` are the flags every tool shares).
+    Checked when made (:meth:`check`)."""
+    corruptions: Sequence[str] = field(default=('benchmark', ), metadata=dict(
+        help='corruption names or groups (default: benchmark, the 15 '
+        'ImageNet-C corruptions)'))
+    severities: Sequence[Any] = field(default=tuple(SEVERITIES), metadata=dict(
+        help='severities, integers 1..5 (default: all five)'))
+    seed: int = field(default=0, metadata=dict(
+        help='base seed of the per-image corruption seeds'))
+    out: Optional[str] = field(default=None, metadata=dict(
+        help='results folder (default: work_dirs/corruption_robustness/'
+        '<config name>)'))
+    resume: bool = field(default=False, metadata=dict(
+        help='continue the results in --out, skipping finished '
+        'evaluations'))
+    name: Optional[str] = field(default=None, metadata=dict(
+        help='plot title label (default: config name)'))
+    work_dir: Optional[str] = field(default=None, metadata=dict(
+        help='folder for the Runner\'s logs (default: --out)'))
     cfg_options: Optional[Dict[str, Any]] = None
     allow_partial_checkpoint: bool = False
     allow_nonfinite_weights: bool = False
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The settings' one check (called when the options are made; call
+        it again after changing a field): ``corruptions`` resolved to
+        names, groups expanded (this needs the imagecorruptions package:
+        :class:`~mmseg_whitebox.utils.tool_error.MissingExtraError`
+        without it), ``severities`` to sorted ints.
+
+        Raises:
+            CorruptionError: naming the flag.
+        """
+        self.corruptions = resolve_corruptions(self.corruptions,
+                                               '--corruptions')
+        self.severities = check_severities(self.severities, '--severities')
 
     def label(self, config: str) -> str:
         return self.name or osp.splitext(osp.basename(config))[0]
@@ -47,21 +77,6 @@ class CorruptionOptions:
             osp.splitext(osp.basename(config))[0])
 
 
-def parse_severities(values: Sequence[Any]) -> List[int]:
-    """Severities given as integers (or their text) in 1..5."""
-    try:
-        ints = [int(v) for v in values]
-        if any(str(i) != str(v).strip() for i, v in zip(ints, values)):
-            raise ValueError
-    except ValueError:
-        raise ToolError(f'--severities must be integers in 1..5, got '
-                        f'{" ".join(map(str, values))}') from None
-    try:
-        return check_severities(ints)
-    except CorruptionError as exc:
-        raise ToolError(f'--severities: {exc}') from None
-
-
 def run_corruption_benchmark(config: str,
                              checkpoint: str,
                              options: Optional[CorruptionOptions] = None,
@@ -69,38 +84,27 @@ def run_corruption_benchmark(config: str,
                              ) -> CorruptionStore:
     """Run (or, with ``options.resume``, continue) the benchmark; returns
     the store (``store.data``, ``store.summary()``, ``store.values()``).
-    Bad settings raise :class:`~mmseg_whitebox.cli.ToolError`
-    before a model is built. On Ctrl-C, what is finished is plotted before
-    the ``KeyboardInterrupt`` goes on."""
+    Bad input raises a :class:`~mmseg_whitebox.utils.tool_error.ToolError`
+    where it is found: bad settings when the options are made, a missing
+    config or checkpoint and a results folder that is not to be written
+    (or resumed) before a model is built, a test pipeline the benchmark
+    cannot change or an evaluator without mIoU after. Any other error is
+    raised as it is. On Ctrl-C, what is finished is plotted before the
+    ``KeyboardInterrupt`` goes on."""
     options = options or CorruptionOptions()
-    try:
-        load_imagecorruptions()
-        corruptions = resolve_corruptions(options.corruptions)
-    except ImportError as exc:
-        raise ToolError(str(exc)) from None
-    except CorruptionError as exc:
-        raise ToolError(f'--corruptions: {exc}') from None
-    severities = parse_severities(options.severities)
+    corruptions, severities = options.corruptions, options.severities
     if not osp.isfile(config):
         raise ToolError(f'config file {config!r} does not exist')
     check_checkpoint(checkpoint)
     out = options.out_dir(config)
-    try:
-        CorruptionStore.check_out_dir(out, options.resume)
-    except FileExistsError as exc:
-        raise ToolError(str(exc)) from None
+    CorruptionStore.check_out_dir(out, options.resume)
     setup = dict(config=config, checkpoint=checkpoint, seed=options.seed,
                  cfg_options=options.cfg_options or {}, metric='mIoU',
                  name=options.label(config), corruptions=corruptions,
                  severities=severities)
-    try:
-        store = CorruptionStore(out, setup, resume=options.resume)
-        runner = build_corruption_runner(config, checkpoint,
-                                         options.cfg_options,
-                                         options.work_dir or out,
-                                         options.seed)
-    except CorruptionError as exc:
-        raise ToolError(str(exc)) from None
+    store = CorruptionStore(out, setup, resume=options.resume)
+    runner = build_corruption_runner(config, checkpoint, options.cfg_options,
+                                     options.work_dir or out, options.seed)
     runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
@@ -125,8 +129,6 @@ def run_corruption_benchmark(config: str,
     except KeyboardInterrupt:
         plot()
         raise
-    except CorruptionError as exc:
-        raise ToolError(str(exc)) from None
     finally:
         evaluation.close()
     plot()

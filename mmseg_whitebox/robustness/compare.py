@@ -8,6 +8,7 @@ import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 from mmseg_whitebox.utils.atomic import write_csv, write_text
+from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from .plotting import load_results, plot_robustness, result_label
 from .summary import (common_sigmas, markdown_table, summarize_results,
                       summary_rows)
@@ -34,25 +35,29 @@ def compare_sweeps(folders: Sequence[str],
     columns (default: every sigma common to all sweeps).
 
     Raises:
-        FileNotFoundError: for a folder without ``results.json``.
-        ValueError: with wrong labels, no common sigma, or a requested
-            sigma not in every sweep.
+        MissingInputError: (a ``FileNotFoundError``) for a folder without
+            ``results.json``.
+        InputError: (a ``ValueError``) with wrong labels, no common sigma,
+            or a requested sigma not in every sweep.
     """
     if labels and len(labels) != len(folders):
-        raise ValueError(f'give one label per folder ({len(folders)}), got '
+        raise InputError(f'give one label per folder ({len(folders)}), got '
                          f'{len(labels)}')
     runs = []
     for i, folder in enumerate(folders):
-        results = load_results(folder)
+        try:
+            results = load_results(folder)
+        except FileNotFoundError as exc:  # not a sweep's folder
+            raise MissingInputError(str(exc)) from exc
         runs.append((labels[i] if labels else result_label(results, folder),
                      results))
     common = common_sigmas([r for _, r in runs])
     if not common:
-        raise ValueError('the sweeps share no sigma > 0: nothing to compare')
+        raise InputError('the sweeps share no sigma > 0: nothing to compare')
     columns = list(common if sigmas is None else sigmas)
     missing = [s for s in columns if float(s) not in common]
     if missing:
-        raise ValueError(f'sigma {missing} is not in every sweep; common '
+        raise InputError(f'sigma {missing} is not in every sweep; common '
                          f'sigmas: {", ".join(f"{s:g}" for s in common)}')
     notes: List[str] = []
     modes = {r.get('setup', {}).get('mode', 'absolute') for _, r in runs}

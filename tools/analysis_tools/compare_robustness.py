@@ -14,7 +14,6 @@ import argparse
 
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.robustness.compare import compare_sweeps
-from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -32,11 +31,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    try:
-        out = compare_sweeps(args.folders, args.out_dir, args.labels,
-                             args.sigmas, args.title)
-    except (FileNotFoundError, ValueError) as exc:
-        raise ToolError(str(exc)) from exc
+    # bad input is a ToolError raised where it is found
+    out = compare_sweeps(args.folders, args.out_dir, args.labels,
+                         args.sigmas, args.title)
     print(out['markdown'])
     print(f'wrote {out["md"]}, {out["csv"]}, {out["png"]}')
     return out

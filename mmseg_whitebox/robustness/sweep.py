@@ -40,6 +40,7 @@ import torch.nn as nn
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
+from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
 from .metrics import Evaluate
 from .perturbation import MODES, ParameterNoise
 from .resume import setup_differences, with_config_digest
@@ -107,7 +108,7 @@ class ResultStore:
     def __init__(self, out_dir: Optional[str] = None,
                  setup: Optional[Dict[str, Any]] = None,
                  resume: bool = False) -> None:
-        self.check_out_dir(out_dir, resume)
+        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
         if out_dir:
@@ -158,11 +159,13 @@ class ResultStore:
         return store
 
     @staticmethod
-    def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
+    def check_out_dir(out_dir: Optional[str],
+                      resume: bool = False) -> Optional[RunLock]:
         """Raise :class:`FileExistsError` if ``out_dir`` already holds sweep
         results and ``resume`` is off, a ``ToolError`` if it cannot be
-        written (checked by the constructor too; a tool calls it before
-        building a model)."""
+        written or another run writes there (checked by the constructor
+        too; a tool calls it before building a model); the folder's lock."""
+        lock = lock_folder(out_dir) if out_dir else None  # one writer
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
             raise FileExistsError(
@@ -174,6 +177,7 @@ class ResultStore:
             if resume and osp.isfile(osp.join(out_dir, 'results.json')):
                 read_json(osp.join(out_dir, 'results.json'),  # readable?
                           'results of a noise sweep')
+        return lock
 
     # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:

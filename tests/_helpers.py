@@ -92,10 +92,11 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
-def run_tool(args: List[str], timeout: int = 600,
-             check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python <args>`` from the repository root, as a user would."""
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
+def run_tool(args: List[str], timeout: int = 600, check: bool = True,
+             env: dict = None) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` from the repository root, as a user would
+    (``env``: variables to set besides this process's)."""
+    env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
     proc = subprocess.run([sys.executable] + args, cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

@@ -18,7 +18,7 @@ from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
                                        run_noise_sweep, select_layers,
                                        select_parameters)
 from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
-from mmseg_whitebox.utils.tool_error import SettingError, ToolError
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 from _helpers import (REPO, StubRunner, demo_configs, run_tool,
                       small_run_options)
@@ -525,7 +525,7 @@ def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(tmp_path,
                         log=lambda msg: None)
     assert type(raised.value) is ValueError
     assert user_error_message(raised.value) is None  # a bug: exit 1
-    assert user_error_message(SettingError('boom')) == 'boom'
+    assert user_error_message(InputError('boom')) == 'boom'
 
 
 def test_run_noise_sweep_is_the_tool_as_a_library(checkpoint, tmp_path):

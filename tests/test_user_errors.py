@@ -40,7 +40,9 @@ def snapshot(*folders) -> dict:
 
 def assert_one_line_error(proc, tool: str, *words: str) -> str:
     """Exit status 2, the last stderr line is ``<tool>: error: ...``
-    naming ``words``, and no traceback; returns the message."""
+    naming ``words`` and (unless argparse wrote it) ending with the
+    ``--debug`` hint, and no traceback; returns the message."""
+    from mmseg_whitebox.cli.errors import DEBUG_HINT
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     # mmcv's warning without compiled ops is silenced on either stack
@@ -49,6 +51,9 @@ def assert_one_line_error(proc, tool: str, *words: str) -> str:
     last = proc.stderr.strip().splitlines()[-1]
     prefix = f'{tool}: error: '
     assert last.startswith(prefix), proc.stderr[-3000:]
+    if not last.startswith(f'{prefix}argument '):  # argparse's own
+        assert last.endswith(f' {DEBUG_HINT}'), last
+        last = last[:-len(DEBUG_HINT) - 1]
     for word in words:
         assert word in last, (word, last)
     return last[len(prefix):]
@@ -163,8 +168,10 @@ def test_debug_shows_the_traceback(image, weights, tmp_path, monkeypatch):
         assert proc.returncode == 2
         assert 'Traceback' in proc.stderr and "unexpected keyword argument " \
             "'num_clases'" in proc.stderr
-        assert proc.stderr.strip().splitlines()[-1].startswith(
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith(
             'image_demo.py: error: SegmenterMaskTransformerHead')
+        assert '--debug' not in last  # no hint: the traceback is there
 
 
 # ------------------------------------------------- devices and outputs

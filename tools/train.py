@@ -9,6 +9,7 @@ mmseg's); ``--amp-dtype bfloat16`` under bfloat16 (docs/training.md,
 "Mixed precision").
 """
 import argparse
+import os
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
@@ -17,8 +18,10 @@ from mmseg_whitebox.cli.run_checks import (check_param_schedulers,
                                            num_classes_problem)
 from mmseg_whitebox.engine.hooks import NonFiniteCounter, ResumeCheckHook
 from mmseg_whitebox.utils.amp import AMP_DTYPES, amp_device_problem, enable_amp
+from mmseg_whitebox.utils.atomic import stale_temporaries
 from mmseg_whitebox.utils.input_checks import (check_data_roots,
                                                check_work_dir, reported_errors)
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
 
 
@@ -44,6 +47,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def train(cfg, resume: bool) -> NonFiniteCounter:
+    """Build the Runner of ``cfg`` and train; the counter of non-finite
+    values it reported."""
+    from mmengine.runner import Runner
+    from mmseg.registry import RUNNERS
+    if 'runner_type' in cfg:
+        runner = RUNNERS.build(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
+    if resume:  # refuse the checkpoint of another model
+        runner.register_hook(ResumeCheckHook())
+    counter = NonFiniteCounter()
+    runner.register_hook(counter)
+    with reported_errors(cfg):
+        runner.train()
+    return counter
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = load_config(args)
@@ -62,19 +83,13 @@ def main(argv=None) -> None:
     if problem:
         raise ToolError(problem)
     check_work_dir(cfg.work_dir)
-
-    from mmengine.runner import Runner
-    from mmseg.registry import RUNNERS
-    if 'runner_type' in cfg:
-        runner = RUNNERS.build(cfg)
-    else:
-        runner = Runner.from_cfg(cfg)
-    if args.resume:  # refuse the checkpoint of another model
-        runner.register_hook(ResumeCheckHook())
-    counter = NonFiniteCounter()
-    runner.register_hook(counter)
-    with reported_errors(cfg):
-        runner.train()
+    # one training run per work dir, from here to the end (a crash too)
+    with lock_folder(cfg.work_dir, '--work-dir'):
+        for path in stale_temporaries(cfg.work_dir, '.pth'):
+            print(f'note: removing {path}, a checkpoint whose save was cut '
+                  'off', file=sys.stderr)
+            os.remove(path)
+        counter = train(cfg, args.resume)
     if counter.summary():  # of the last validation, repeated at the end
         print(f'WARNING: {counter.summary()}', file=sys.stderr)
 

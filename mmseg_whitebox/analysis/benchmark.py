@@ -183,7 +183,7 @@ def size_arg(text: str) -> Tuple[int, int]:
     try:
         return parse_size(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def add_measurement_args(parser: argparse.ArgumentParser, what: str,

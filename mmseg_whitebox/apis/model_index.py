@@ -173,7 +173,7 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
             path = config_path(path)
         except FileNotFoundError as exc:
             raise ToolError(f'config file {path!r} does not exist '
-                            f'({exc})') from None
+                            f'({exc})') from exc
     check_config_file(path)
     cfg = Config.fromfile(path)
     if cfg_options:

@@ -1,6 +1,7 @@
 """The config of a Runner that a tool or a library call runs: the file (or
 model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
-and the hook that makes every checkpoint load weights-only."""
+the hook that makes every checkpoint load weights-only and the checkpoint
+hook that writes them atomically."""
 from __future__ import annotations
 
 import os.path as osp
@@ -12,6 +13,10 @@ from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.utils.distributed import setup_distributed
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
+#: mmengine's checkpoint hook, and the one that replaces it
+#: (:class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook`)
+PLAIN_CHECKPOINT_HOOKS = ('CheckpointHook', 'mmengine.CheckpointHook')
+ATOMIC_CHECKPOINT_HOOK = 'AtomicCheckpointHook'
 
 
 def runner_config(config: str, cfg_options: Optional[dict] = None,
@@ -32,6 +37,7 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
     ensure_weights_only_checkpoints(cfg)
+    ensure_atomic_checkpoints(cfg)
     # after the config is complete: gloo and CPU processes without CUDA
     setup_distributed(cfg)
     return cfg
@@ -46,6 +52,17 @@ def ensure_weights_only_checkpoints(cfg: Config) -> None:
                for h in hooks):
         hooks.append(dict(type=HOOK_TYPE))
         cfg.custom_hooks = hooks
+
+
+def ensure_atomic_checkpoints(cfg: Config) -> None:
+    """Replace mmengine's ``CheckpointHook`` by
+    :class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook` (same
+    settings): a checkpoint is under its name only once complete, and the
+    previous one is removed only after that."""
+    hooks = cfg.get('default_hooks', None) or {}
+    hook = hooks.get('checkpoint', None)
+    if isinstance(hook, dict) and hook.get('type') in PLAIN_CHECKPOINT_HOOKS:
+        hook['type'] = ATOMIC_CHECKPOINT_HOOK
 
 
 def drop_training(cfg: Config) -> None:

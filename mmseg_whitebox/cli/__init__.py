@@ -1,10 +1,11 @@
 """The command-line layer under ``tools/``: the options the tools share,
 their Runner configs, the checks made before a run starts, and how a
 failure is reported (a user's mistake as one line and exit status 2,
-anything else with its traceback)."""
+anything else as a bug: exit status 1, its traceback in a log file)."""
 from mmseg_whitebox.apis.runner_config import (HOOK_TYPE, drop_training,
                                                ensure_weights_only_checkpoints)
-from mmseg_whitebox.utils.tool_error import BAD_INPUT, ToolError
+from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
+                                             ToolError)
 from .configs import load_config
 from .options import (CfgOptionsAction, add_cfg_options_arg,
                       add_checkpoint_check_args, add_common_args,
@@ -14,7 +15,8 @@ from .runner import (INTERRUPTED, end_process_group, exit_distributed_worker,
                      resumable, run_tool)
 
 __all__ = [
-    'BAD_INPUT', 'CfgOptionsAction', 'HOOK_TYPE', 'INTERRUPTED', 'ToolError',
+    'BAD_INPUT', 'CfgOptionsAction', 'HOOK_TYPE', 'INTERNAL_ERROR',
+    'INTERRUPTED', 'ToolError',
     'add_cfg_options_arg', 'add_checkpoint_check_args', 'add_common_args',
     'add_dataclass_args', 'options_from_args',
     'checkpoint_check_hook', 'drop_training', 'end_process_group',

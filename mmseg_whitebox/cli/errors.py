@@ -1,16 +1,29 @@
-"""Errors a user can cause, as one line: what was wrong and what to do.
+"""The two kinds of failure a tool reports: a user's mistake as one line,
+anything else as a bug whose traceback is kept.
 
-:func:`~mmseg_whitebox.cli.run_tool` hands every exception a tool
-raises to :func:`user_error_message`. The project's own bad-input errors
-(:class:`~mmseg_whitebox.cli.ToolError`, the checkpoint and dataset
-checks, :class:`BadFileError`) carry their message; the errors mmengine,
-mmseg, torch, OpenCV and safetensors raise on bad input (an unknown
-registry type, a misspelt config key, a CUDA device on a CPU-only machine,
-a truncated checkpoint, an unwritable folder, ...) are translated here,
-in one place. Anything else is a bug and keeps its traceback.
+:func:`~mmseg_whitebox.cli.run_tool` hands every exception a tool raises
+to :func:`report`:
+
+* an error a user can cause is ``<tool>: error: <what and what to do>``,
+  exit status 2. The project's own bad-input errors
+  (:class:`~mmseg_whitebox.utils.tool_error.ToolError` and its kinds, the
+  checkpoint and dataset checks) carry their message; the errors
+  mmengine, mmseg, torch, OpenCV and safetensors raise on bad input (an
+  unknown registry type, a misspelt config key, a CUDA device on a
+  CPU-only machine, a truncated checkpoint, an unwritable folder, ...)
+  are translated here, in one place, each only where the input is what
+  went wrong (:func:`user_error_message`);
+* a result that failed its own check
+  (:class:`~mmseg_whitebox.utils.tool_error.CheckFailedError`) is
+  ``<tool>: check failed: <message>``, exit status 1;
+* anything else is a bug: ``<tool>: internal error: <Type>: <message>``,
+  exit status 1, and the full traceback in a log file
+  (:func:`write_error_log`: the run's output folder, else the system's
+  temporary folder), whose path the line names.
 
 ``--debug`` on any tool's command line, or ``MMSEG_WHITEBOX_DEBUG=1`` in
-the environment, prints the traceback of every error, bad input included.
+the environment, also prints the traceback of every error, bad input
+included.
 """
 from __future__ import annotations
 
@@ -20,11 +33,17 @@ import inspect
 import json
 import os
 import re
+import socket
 import sys
+import tempfile
+import time
 import traceback
 from typing import Any, Callable, Iterable, List, Optional
 
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.run_lock import output_folder
+from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
+                                             CheckFailedError, ToolError)
 
 #: the environment variable that shows tracebacks for every error
 DEBUG_ENV = 'MMSEG_WHITEBOX_DEBUG'
@@ -32,6 +51,23 @@ DEBUG_ENV = 'MMSEG_WHITEBOX_DEBUG'
 DEBUG_FLAG = '--debug'
 #: how many close matches a message suggests
 SUGGESTIONS = 3
+#: the longest exception message an internal error's line repeats
+SUMMARY_CHARS = 400
+#: local variables that name the file a reading function reads (mmcv's
+#: ``imread(img_or_path)``, mmseg's loaders' ``filename``, ...)
+READ_PATH_NAMES = ('filename', 'path', 'f', 'file', 'src', 'img_or_path',
+                   'img_path', 'file_path')
+#: local variables that name the file a writing function writes (mmcv's
+#: ``imwrite(img, file_path)``, ...)
+WRITTEN_PATH_NAMES = ('file_path', 'out_file', 'filename', 'path')
+#: the innermost frames searched for the file an OpenCV call read or
+#: wrote (the function that called OpenCV and its callers in mmcv): a
+#: path further out is not what OpenCV failed on
+OPENCV_FRAMES = 3
+#: the most error logs one folder gets in one second (distributed ranks)
+LOG_NAMES = 64
+#: the hint that ends a user error's line
+DEBUG_HINT = '(--debug shows the traceback)'
 
 
 # -- debug mode --------------------------------------------------------------
@@ -58,17 +94,93 @@ def debug_mode() -> bool:
         '', '0', 'false', 'no', 'off')
 
 
-def report(prog: str, exc: BaseException) -> bool:
-    """Print ``<prog>: error: <one line>`` for an error a user caused
-    (after its traceback in debug mode); False, printing nothing, for any
-    other error (a bug: the caller re-raises it)."""
-    message = user_error_message(exc)
-    if message is None:
-        return False
-    if debug_mode():
+# -- reporting ---------------------------------------------------------------
+
+def report(prog: str, exc: BaseException) -> int:
+    """Report the failure ``exc`` of the tool ``prog`` on stderr (see the
+    module docstring); its exit status."""
+    if isinstance(exc, CheckFailedError):
+        print(f'{prog}: check failed: {_one_line(str(exc))}',
+              file=sys.stderr)
+        return INTERNAL_ERROR
+    try:
+        message = user_error_message(exc)
+    except Exception:  # noqa: BLE001 (a translation's own bug: not the user's)
+        message = None
+    debug = debug_mode()
+    if debug:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
-    print(f'{prog}: error: {message}', file=sys.stderr)
-    return True
+    if message is not None:
+        hint = '' if debug else f' {DEBUG_HINT}'
+        print(f'{prog}: error: {message}{hint}', file=sys.stderr)
+        return BAD_INPUT
+    log = write_error_log(prog, exc)
+    text = _one_line(str(exc))
+    if len(text) > SUMMARY_CHARS:
+        text = text[:SUMMARY_CHARS] + '...'
+    summary = f'{prog}: internal error: {type(exc).__name__}' + (
+        f': {text}' if text else '')
+    if log is None:  # nowhere to write: the traceback goes to stderr
+        if not debug:
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        where = 'the traceback is above'
+    else:
+        where = f'the full traceback is in {log}' + (
+            '' if debug else ' (--debug prints it here)')
+    print(f'{summary} -- this is a bug, not a problem with your input; '
+          f'{where}', file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def _one_line(text: str) -> str:
+    return ' '.join(text.split())
+
+
+def write_error_log(prog: str, exc: BaseException) -> Optional[str]:
+    """Write the traceback of ``exc`` (with its causes), the command line
+    and the versions that ran it to ``error-<time>.log`` in the run's
+    output folder (:func:`~mmseg_whitebox.utils.run_lock.output_folder`),
+    else in the system's temporary folder; its path, or None if neither
+    can be written."""
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    name = os.path.splitext(prog)[0] or 'tool'
+    places = [(output_folder(), f'error-{stamp}'),
+              (tempfile.gettempdir(), f'mmseg_whitebox-{name}-error-{stamp}')]
+    text = _error_log_text(prog, exc)
+    for folder, stem in places:
+        if not folder or not os.path.isdir(folder):
+            continue
+        for number in range(1, LOG_NAMES + 1):  # several in one second
+            path = os.path.join(folder, f'{stem}.log' if number == 1 else
+                                f'{stem}-{number}.log')
+            try:
+                with open(path, 'x', encoding='utf-8') as f:
+                    f.write(text)
+                return path
+            except FileExistsError:
+                continue
+            except OSError:
+                break
+    return None
+
+
+def _error_log_text(prog: str, exc: BaseException) -> str:
+    """What an error log holds: when, where, what ran, and the
+    traceback."""
+    versions = []
+    for module in ('torch', 'mmengine', 'mmseg', 'mmcv', 'mmseg_whitebox'):
+        version = getattr(sys.modules.get(module), '__version__', None)
+        if version:
+            versions.append(f'{module} {version}')
+    lines = [
+        f'{prog} failed: {type(exc).__name__}',
+        f'time: {time.strftime("%Y-%m-%d %H:%M:%S %z")}',
+        f'host: {socket.gethostname()}, PID {os.getpid()}',
+        f'working directory: {os.getcwd()}',
+        f'command: {" ".join([sys.executable] + sys.argv)}',
+        f'python {sys.version.split()[0]}; ' + ', '.join(versions), '']
+    return '\n'.join(lines) + ''.join(traceback.format_exception(
+        type(exc), exc, exc.__traceback__))
 
 
 # -- the translation ---------------------------------------------------------
@@ -93,10 +205,12 @@ def _frames(exc: BaseException) -> List[Any]:
 
 
 def _local(exc: BaseException, names: Iterable[str],
-           accept: Callable[[Any], bool]) -> Any:
+           accept: Callable[[Any], bool], depth: Optional[int] = None) -> Any:
     """The innermost value of a local variable named in ``names`` that
-    ``accept`` accepts, in the frames of ``exc``'s traceback."""
-    for frame in reversed(_frames(exc)):
+    ``accept`` accepts, in the frames of ``exc``'s traceback (the
+    innermost ``depth`` of them, or all)."""
+    frames = list(reversed(_frames(exc)))
+    for frame in frames[:depth]:
         for name in names:
             value = frame.f_locals.get(name)
             if value is not None and accept(value):
@@ -104,15 +218,18 @@ def _local(exc: BaseException, names: Iterable[str],
     return None
 
 
-def _file_of(exc: BaseException) -> Optional[str]:
-    """The file a reading function was reading when ``exc`` was raised."""
+def _file_of(exc: BaseException,
+             depth: Optional[int] = None) -> Optional[str]:
+    """The file a reading function was reading when ``exc`` was raised
+    (looked for in the innermost ``depth`` frames, or all)."""
     def is_path(value: Any) -> bool:
         return isinstance(value, (str, os.PathLike)) and os.path.isfile(
             value)
-    path = _local(exc, ('filename', 'path', 'f', 'file', 'src'), is_path)
+    path = _local(exc, READ_PATH_NAMES, is_path, depth)
     if path is None:
         handle = _local(exc, ('fp', 'f', 'file'),
-                        lambda v: isinstance(getattr(v, 'name', None), str))
+                        lambda v: isinstance(getattr(v, 'name', None), str),
+                        depth)
         path = getattr(handle, 'name', None)
     return None if path is None else os.fspath(path)
 
@@ -131,17 +248,10 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 
 
 def _own_errors(exc: BaseException) -> Optional[str]:
-    """The project's bad-input errors: their message is the one line."""
-    kinds = [ToolError]
-    for module, name in (
-            ('mmseg_whitebox.utils.checkpoint_checks', 'CheckpointError'),
-            ('mmseg_whitebox.datasets.checks', 'DatasetCheckError'),
-            ('mmseg_whitebox.compat', 'UnsafeCheckpointError'),
-            ('mmseg_whitebox.robustness.corruptions.library',
-             'CorruptionError')):
-        if module in sys.modules:  # raised only once imported
-            kinds.append(getattr(sys.modules[module], name))
-    if not isinstance(exc, tuple(kinds)):
+    """The project's bad-input errors (the checkpoint, dataset and
+    corruption checks' are ToolErrors too): their message is the one
+    line."""
+    if not isinstance(exc, (ToolError, UnsafeCheckpointError)):
         return None
     text = str(exc)
     marker = f'{type(exc).__name__}: '  # re-raised from a DataLoader worker
@@ -202,9 +312,52 @@ def _init_parameters(cls: type) -> List[str]:
     return names
 
 
+def _config_build(exc: BaseException) -> Optional[tuple]:
+    """``(class built, settings)`` when ``exc`` was raised while a class
+    was built from a config: in the innermost frame of mmengine's
+    ``build_from_cfg`` (``obj_cls(**args)``) or ``Runner.build_dataloader``
+    (``DataLoader(**dataloader_cfg)``), or in an ``__init__`` of the
+    class being built that the call went on to (settings passed on
+    through ``**kwargs``); else None (a call elsewhere, a bug)."""
+    frames = _frames(exc)
+    for i in range(len(frames) - 1, -1, -1):
+        frame = frames[i]
+        module = frame.f_globals.get('__name__', '')
+        if not module.startswith('mmengine'):
+            continue
+        local = frame.f_locals
+        if frame.f_code.co_name == 'build_dataloader' and isinstance(
+                local.get('dataloader_cfg'), dict):
+            from torch.utils.data import DataLoader
+            cls, settings = DataLoader, local['dataloader_cfg']
+        elif isinstance(local.get('obj_cls'), type) and isinstance(
+                local.get('args'), dict):
+            cls, settings = local['obj_cls'], local['args']
+        else:
+            continue
+        inner = frames[i + 1:]
+        if all(_constructing(f, cls) for f in inner):
+            return cls, settings
+        return None  # raised further in: not by the build call itself
+    return None
+
+
+def _constructing(frame: Any, cls: type) -> bool:
+    """Whether ``frame`` is part of constructing a ``cls``: an ``__init__``
+    of it (or of a base class, through ``super()``), or mmengine's
+    ``ManagerMixin.get_instance`` that calls it."""
+    name = frame.f_code.co_name
+    if name == '__init__':
+        return isinstance(frame.f_locals.get('self'), cls)
+    return name == 'get_instance' and frame.f_locals.get('cls') is cls
+
+
 def _bad_setting(exc: BaseException) -> Optional[str]:
     """``X.__init__() got an unexpected keyword argument 'num_clases'``
-    (a misspelt or unknown config key) and missing required settings."""
+    (a misspelt or unknown config key) and missing required settings,
+    when the call that failed is the build of ``X`` from a config with
+    that key (:func:`_config_build`): the same error from a call in the
+    project's or a library's own code is a bug."""
     if not isinstance(exc, TypeError):
         return None
     text = str(exc)
@@ -212,16 +365,19 @@ def _bad_setting(exc: BaseException) -> Optional[str]:
                            r"argument '(\w+)'", text)
     missing = re.search(r"(\w+)\.__init__\(\) missing \d+ required "
                         r"positional arguments?: (.+)$", text)
-    if not (unexpected or missing):
+    match = unexpected or missing
+    built = _config_build(exc) if match else None
+    if built is None:
         return None
-    built = _local(exc, ('obj_cls', 'self'), lambda v: True)
-    cls = built if isinstance(built, type) else type(built)
-    if built is None or cls.__name__ in ('Registry', 'ConfigDict'):
-        cls = None
-    name = cls.__name__ if cls else (unexpected or missing).group(1)
+    cls, settings = built
+    if match.group(1) not in {k.__name__ for k in inspect.getmro(cls)}:
+        return None  # another class's constructor failed
+    name = cls.__name__
     if unexpected:
         key = unexpected.group(2)
-        hint = _suggest(key, _init_parameters(cls)) if cls else ''
+        if key not in settings:
+            return None  # not a key of the config
+        hint = _suggest(key, _init_parameters(cls))
         return (f'{name} does not take the setting {key!r}{hint} Fix or '
                 'remove that key in the config or in --cfg-options')
     return (f'{name} needs the setting(s) {missing.group(2)}, which the '
@@ -296,11 +452,32 @@ def _files(exc: BaseException) -> Optional[str]:
         return (f'{exc.filename!r}: {exc.strerror}; give a file where a '
                 'file is expected and a folder where a folder is')
     if type(exc).__name__ == 'error' and type(exc).__module__ == 'cv2':
-        if 'could not find a writer' in text:
-            return ('OpenCV cannot write images of that file type: name the '
-                    'output .png or .jpg')
-        return f'OpenCV could not process an image ({first})'
+        return _opencv(exc, first)
     return None
+
+
+def _opencv(exc: BaseException, first: str) -> Optional[str]:
+    """An OpenCV error while reading or writing a file: the file, the
+    operation and OpenCV's reason. One with no file involved (an image
+    already in memory) is not the input's fault: None."""
+    text = str(exc)
+    operation = re.search(r"in function '(\w+)'", text)
+    operation = operation.group(1).rstrip('_') if operation else 'process'
+    reason = re.search(r'error: \([^)]*\) (.*?)(?: in function|$)', text)
+    reason = reason.group(1).strip() if reason else first
+    if 'could not find a writer' in text or \
+            'could not find encoder' in text:
+        path = _local(exc, WRITTEN_PATH_NAMES,
+                      lambda v: isinstance(v, (str, os.PathLike)),
+                      OPENCV_FRAMES)
+        where = f'{os.fspath(path)!r}' if path else 'the output'
+        return (f'OpenCV cannot write {where} ({operation}: {reason}): '
+                'name the output .png or .jpg')
+    path = _file_of(exc, OPENCV_FRAMES)
+    if path is None:
+        return None
+    return (f'OpenCV could not {operation} {path!r}: {reason}. Check that '
+            'the file is a complete image of a common format (PNG, JPEG)')
 
 
 def _sizes(exc: BaseException) -> Optional[str]:

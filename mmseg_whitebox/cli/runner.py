@@ -1,6 +1,8 @@
-"""How every script in ``tools/`` runs: its ``main(argv)`` with bad input
-reported as one line (:mod:`.errors`), Ctrl-C in a tool that saves as it
-goes, and the end of a distributed run's process group."""
+"""How every script in ``tools/`` runs: its ``main(argv)`` with a failure
+reported as :mod:`.errors` says (a user's mistake as one line, exit
+status 2; a bug with its traceback logged, exit status 1), Ctrl-C in a
+tool that saves as it goes, and the end of a distributed run's process
+group."""
 from __future__ import annotations
 
 import atexit
@@ -10,7 +12,6 @@ import os.path as osp
 import sys
 from typing import Any, Callable, Iterator, NoReturn, Optional
 
-from mmseg_whitebox.utils.tool_error import BAD_INPUT
 from .errors import report, take_debug_flag
 
 #: exit status of a tool stopped with Ctrl-C (128 + SIGINT, as shells say)
@@ -20,8 +21,10 @@ INTERRUPTED = 130
 def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     """Run a tool's ``main(argv)``; a :class:`ToolError`, or another error a
     user can cause (:mod:`mmseg_whitebox.cli.errors`), becomes one clear
-    message on stderr and exit status 2 (with the traceback too under
-    ``--debug``). Every script in ``tools/`` ends with ``run_tool(main)``.
+    message on stderr and exit status 2; any other error is a bug: one
+    line naming it and the log file that holds its traceback, exit status
+    1 (with ``--debug``, the traceback is printed too). Every script in
+    ``tools/`` ends with ``run_tool(main)``.
 
     A process group the tool started (``--launcher pytorch``) is destroyed
     before the process exits. A worker of a distributed run then leaves
@@ -33,11 +36,9 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     argv = take_debug_flag(argv)
     try:
         result, status = main(argv), 0
-    except Exception as exc:  # bad input: one line; a bug: re-raised
+    except Exception as exc:  # noqa: BLE001 (every failure is reported)
         prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
-        if not report(prog, exc):
-            raise
-        result, status = None, BAD_INPUT
+        result, status = None, report(prog, exc)
     finally:
         # also when another exception propagates (its traceback follows)
         world_size = end_process_group()
@@ -58,11 +59,11 @@ def resumable(out_dir: str, what: str,
     instead of a traceback."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         on_interrupt()
         print(f'\ninterrupted: finished {what} are saved in {out_dir}; '
               'rerun with --resume to continue', file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
+        raise SystemExit(INTERRUPTED) from exc
 
 
 def end_process_group() -> int:

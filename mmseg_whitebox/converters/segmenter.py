@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from mmseg_whitebox.utils.tool_error import InputError
 from .vit import (TIMM_TO_MMSEG, Conversion, Rules,
                                         StateDict, map_keys)
 
@@ -164,7 +165,7 @@ def detect_decoder(state_dict: StateDict) -> str:
         return 'mask'
     if 'decoder.head.weight' in keys:
         return 'linear'
-    raise ValueError(
+    raise InputError(
         'not a Segmenter-codebase checkpoint with a known decoder: expected '
         'decoder.proj_patch (Segmenter mask), decoder.head.weight (linear), '
         'decoder.net.layers.* (DEPICT-SA, CBT) or decoder.snet.* '
@@ -183,7 +184,7 @@ def segmenter_to_mmseg(state_dict: StateDict,
     if kind == 'auto':
         kind = detect_decoder(state_dict)
     if kind not in DECODERS:
-        raise ValueError(f"kind must be 'auto' or one of {KINDS}, "
+        raise InputError(f"kind must be 'auto' or one of {KINDS}, "
                          f'got {kind!r}')
     converted, dropped, unmapped = map_keys(state_dict,
                                             ENCODER + DECODERS[kind],
@@ -211,16 +212,16 @@ def read_variant(path: str) -> Dict[str, Any]:
         'tag:yaml.org,2002:python/tuple',
         lambda loader, node: loader.construct_sequence(node))
     if not osp.isfile(path):
-        raise ValueError(f'variant file {path!r} does not exist')
+        raise InputError(f'variant file {path!r} does not exist')
     try:
         with open(path, encoding='utf-8') as f:
             variant = yaml.load(f, Loader=Loader)
     except yaml.YAMLError as exc:
-        raise ValueError(f'{path!r} is not a readable variant.yml: '
+        raise InputError(f'{path!r} is not a readable variant.yml: '
                          f'{exc}') from exc
     if not isinstance(variant, dict) or not isinstance(
             variant.get('net_kwargs'), dict):
-        raise ValueError(f'{path!r} has no net_kwargs mapping (not a '
+        raise InputError(f'{path!r} has no net_kwargs mapping (not a '
                          'Segmenter-codebase variant.yml)')
     return variant['net_kwargs']
 
@@ -249,7 +250,7 @@ def _count(state_dict: StateDict, pattern: str) -> int:
 
 def _heads(rows: int, head_dim: int, what: str) -> int:
     if rows % head_dim:
-        raise ValueError(f'{what}: {rows} projection rows are not a '
+        raise InputError(f'{what}: {rows} projection rows are not a '
                          f'multiple of the published {head_dim}-dim '
                          'subspaces')
     return rows // head_dim
@@ -267,7 +268,7 @@ def describe(state_dict: StateDict,
     decoder = dict(net.get('decoder') or {})
     for key in ('encoder.pos_embed', 'encoder.patch_embed.proj.weight'):
         if key not in state_dict:
-            raise ValueError(f'{key} is missing: not a Segmenter-codebase '
+            raise InputError(f'{key} is missing: not a Segmenter-codebase '
                              'checkpoint with a ViT encoder')
     pos = state_dict['encoder.pos_embed']
     d_model = pos.shape[-1]
@@ -315,7 +316,7 @@ def describe(state_dict: StateDict,
             if proj in state_dict:
                 heads = _heads(state_dict[proj].shape[0], head_dim, proj)
                 if model.dec_heads and heads != model.dec_heads:
-                    raise ValueError(
+                    raise InputError(
                         f'DEPICT-CA with {model.dec_heads} self-attention '
                         f'and {heads} cross-attention subspaces: the '
                         'released decoder uses n_heads for both')
@@ -350,11 +351,11 @@ def _check_variant(model: PublishedModel, net: Dict[str, Any],
         wrong.append('distilled DeiT encoders (dist_token) have no '
                      "counterpart in mmseg's VisionTransformer")
     if wrong:
-        raise ValueError('the checkpoint and its variant.yml disagree, or '
+        raise InputError('the checkpoint and its variant.yml disagree, or '
                          'the model cannot be converted: ' + '; '.join(wrong))
     normalization = net.get('normalization', 'vit')
     if normalization not in RELEASED_NORMALIZATION:
-        raise ValueError(f'normalization {normalization!r} in variant.yml '
+        raise InputError(f'normalization {normalization!r} in variant.yml '
                          'is not one the released code defines (vit, '
                          'deit)')
     model.normalization = normalization
@@ -517,7 +518,7 @@ def pick_config(model: PublishedModel, configs_root: str) -> str:
             found = sorted(glob.glob(pattern))
             if found:
                 return found[0]
-    raise ValueError(f'no config for a {model.kind} decoder under '
+    raise InputError(f'no config for a {model.kind} decoder under '
                      f'{osp.join(configs_root, folder)}')
 
 
@@ -577,7 +578,7 @@ def load_strictly(model_cfg: Dict[str, Any],
                                    ('shape (checkpoint vs model)', shapes))
                 if keys]
     if problems:
-        raise ValueError('the converted weights do not load strictly into '
+        raise InputError('the converted weights do not load strictly into '
                          'the config: ' + '; '.join(problems))
     model.load_state_dict(state_dict, strict=True)
     return model

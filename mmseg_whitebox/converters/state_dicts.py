@@ -20,6 +20,7 @@ from mmseg_whitebox.converters.vit import augreg_to_timm
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
 from mmseg_whitebox.utils.atomic import check_not_input, save_torch, write_text
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
+from mmseg_whitebox.utils.tool_error import BadFileError, InputError
 
 StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
@@ -30,18 +31,18 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
     object array, which would need unpickling, is refused). Raises
     ``ValueError`` saying what is wrong with the file."""
     if osp.getsize(path) == 0:
-        raise ValueError(f'{path!r} is empty (0 bytes): the download or '
-                         'copy was interrupted. Download it again')
+        raise BadFileError(f'{path!r} is empty (0 bytes): the download or '
+                           'copy was interrupted. Download it again')
     if not zipfile.is_zipfile(path):
-        raise ValueError(f'{path!r} is not a .npz archive (a zip of numpy '
-                         'arrays): it is truncated or of another format. '
-                         'Download it again')
+        raise BadFileError(f'{path!r} is not a .npz archive (a zip of numpy '
+                           'arrays): it is truncated or of another format. '
+                           'Download it again')
     try:
         with np.load(path, allow_pickle=False) as npz:
             return {name: npz[name] for name in npz.files}
     except Exception as exc:  # BadZipFile, ValueError (pickled objects)
-        raise ValueError(f'{path!r} cannot be read as plain numpy arrays '
-                         f'({type(exc).__name__}: {exc})') from exc
+        raise BadFileError(f'{path!r} cannot be read as plain numpy arrays '
+                           f'({type(exc).__name__}: {exc})') from exc
 
 
 def read_state_dict(path: str) -> StateDict:
@@ -51,7 +52,7 @@ def read_state_dict(path: str) -> StateDict:
     timm 0.4.12 loads), returned on timm's keys. Raises ``ValueError``
     saying what is wrong with the file."""
     if not osp.isfile(path):
-        raise ValueError(f'{path!r} does not exist')
+        raise InputError(f'{path!r} does not exist')
     if path.endswith('.npz'):
         return augreg_to_timm(read_npz(path), path)
     if path.endswith('.safetensors'):
@@ -59,22 +60,24 @@ def read_state_dict(path: str) -> StateDict:
         try:
             return load_file(path)
         except Exception as exc:  # SafetensorError, OSError
-            raise ValueError(
+            raise BadFileError(
                 f'{path!r} is not a complete safetensors file ({exc}): it '
-                'is truncated or of another format. Download it again')
+                'is truncated or of another format. Download it again'
+            ) from exc
     check_checkpoint_file(path)  # empty, truncated, text: said so
     try:
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as exc:  # torch raises many kinds for a foreign file
-        raise ValueError(f'{path!r} cannot be read weights-only as a torch '
-                         f'state dict ({type(exc).__name__}: {exc})') from exc
+        raise BadFileError(
+            f'{path!r} cannot be read weights-only as a torch state dict '
+            f'({type(exc).__name__}: {exc})') from exc
     for key in ('state_dict', 'model'):
         if isinstance(checkpoint, dict) and isinstance(
                 checkpoint.get(key), dict):
             checkpoint = checkpoint[key]
     if not isinstance(checkpoint, dict):
-        raise ValueError(f'{path!r} holds a {type(checkpoint).__name__}, '
-                         'not a state dict')
+        raise BadFileError(f'{path!r} holds a {type(checkpoint).__name__}, '
+                           'not a state dict')
     return checkpoint
 
 
@@ -82,7 +85,7 @@ def check_tensors(state: StateDict, path: str) -> None:
     """A state dict to convert holds tensors (an empty one would be
     written as an empty checkpoint)."""
     if not any(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f'{path!r} holds no tensors: it is not a model\'s '
+        raise InputError(f'{path!r} holds no tensors: it is not a model\'s '
                          'weights (an empty or foreign state dict); nothing '
                          'was written')
 
@@ -101,7 +104,7 @@ def convert_file(src: str, dst: str, convert: Converter,
     check_tensors(state, src)
     converted, dropped, unmapped = convert(state)
     if unmapped:
-        raise ValueError(f'{len(unmapped)} keys of {src} cannot be mapped '
+        raise InputError(f'{len(unmapped)} keys of {src} cannot be mapped '
                          f'(is it the right kind of checkpoint?): '
                          f'{", ".join(unmapped)}')
     if config is not None:
@@ -121,7 +124,7 @@ def check_fits_backbone(state: StateDict, config: str) -> None:
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
     if not osp.isfile(config):
-        raise ValueError(f'config {config!r} does not exist')
+        raise InputError(f'config {config!r} does not exist')
     cfg = Config.fromfile(config)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     backbone = MODELS.build(dict(cfg.model.backbone, init_cfg=None))
@@ -138,7 +141,7 @@ def _dataset_meta(cfg: Any, num_classes: int) -> dict:
         # the project's CheckedSegDataset wraps mmseg's dataset_type
         meta = DATASETS.get(dataset.get('dataset_type',
                                         dataset.type)).METAINFO
-    except Exception:  # no dataset in the config, or an unknown type
+    except (AttributeError, KeyError):  # no dataset, or an unknown type
         return {}
     if len(meta.get('classes', ())) != num_classes:
         return {}
@@ -173,18 +176,18 @@ def convert_segmenter_file(src: str, dst: str,
     model = sc.describe(state, net)
     converted, dropped, unmapped = sc.segmenter_to_mmseg(state, model.kind)
     if unmapped:
-        raise ValueError(
+        raise InputError(
             f'{len(unmapped)} keys of {src} cannot be mapped onto the '
             f'{model.kind} model: {", ".join(unmapped)}' +
             ('; distilled DeiT encoders (dist_token) have no counterpart '
              "in mmseg's VisionTransformer"
              if 'encoder.dist_token' in unmapped else ''))
     if released_gradients and model.kind != 'cbt':
-        raise ValueError('--released-gradients is for CBT checkpoints')
+        raise InputError('--released-gradients is for CBT checkpoints')
     config = config or sc.pick_config(
         model, osp.join(resources_root() or '', 'configs'))
     if not osp.isfile(config):
-        raise ValueError(f'config {config!r} does not exist')
+        raise InputError(f'config {config!r} does not exist')
     cfg, overrides, config_text = sc.converted_config(model, config,
                                                       released_gradients)
     sc.load_strictly(cfg.model.to_dict(), converted)

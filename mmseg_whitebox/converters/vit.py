@@ -20,6 +20,8 @@ from typing import Callable, Dict, List, Mapping, Tuple, Union
 import numpy as np
 import torch
 
+from mmseg_whitebox.utils.tool_error import InputError
+
 #: (regex a whole key must match, replacement template or function)
 Rules = List[Tuple[str, Union[str, Callable[[re.Match], str]]]]
 
@@ -175,7 +177,7 @@ def augreg_to_timm(arrays: Mapping[str, np.ndarray],
     missing = [prefix + k for k in expected if k not in names]
     if missing:
         more = len(missing) - SHOWN
-        raise ValueError(
+        raise InputError(
             f'{source} has no {", ".join(map(repr, missing[:SHOWN]))}' +
             (f' (and {more} more keys)' if more > 0 else '') +
             ': it is not a complete JAX ViT checkpoint (an AugReg .npz as '
@@ -183,27 +185,27 @@ def augreg_to_timm(arrays: Mapping[str, np.ndarray],
     unknown = foreign + [names[k] for k in names if k not in expected
                          and k not in AUGREG_CLASSIFIER]
     if unknown:
-        raise ValueError(
+        raise InputError(
             f'{len(unknown)} arrays of {source} belong to no ViT part '
             f'(a hybrid or another model?): {", ".join(sorted(unknown))}')
     w = {k: np.asarray(arrays[v]) for k, v in names.items()}
 
     def shaped(key: str, shape: Tuple[int, ...]) -> np.ndarray:
         if w[key].shape != shape:
-            raise ValueError(f'{source}: {prefix}{key} has shape '
+            raise InputError(f'{source}: {prefix}{key} has shape '
                              f'{w[key].shape}, expected {shape}')
         return w[key]
 
     kernel = w['embedding/kernel']
     if kernel.ndim != 4:
-        raise ValueError(f'{source}: {prefix}embedding/kernel has shape '
+        raise InputError(f'{source}: {prefix}embedding/kernel has shape '
                          f'{kernel.shape}, expected (patch, patch, '
                          'channels, width)')
     width = kernel.shape[3]
     attn = 'MultiHeadDotProductAttention_1'
     query = w[f'Transformer/encoderblock_0/{attn}/query/kernel']
     if query.ndim != 3 or query.shape[0] != width:
-        raise ValueError(f'{source}: {prefix}Transformer/encoderblock_0/'
+        raise InputError(f'{source}: {prefix}Transformer/encoderblock_0/'
                          f'{attn}/query/kernel has shape {query.shape}, '
                          f'expected ({width}, heads, head_dim)')
     heads = query.shape[1:]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 
+from mmseg_whitebox.utils.tool_error import InputError
 from .vit import Conversion, Rules, StateDict, map_keys
 
 ATTN = r'transformer\.layers\.(\d+)\.0\.'
@@ -129,7 +130,7 @@ def detect_layout(state_dict: StateDict) -> str:
         return 'cbsa'
     if any(k.startswith('to_patch_embedding.2.') for k in keys):
         return 'crate'
-    raise ValueError('not a published CBT/CRATE/ToST classification state '
+    raise InputError('not a published CBT/CRATE/ToST classification state '
                      'dict: no to_patch_embedding.proj.* (CBSA repository), '
                      'to_patch_embedding.2.* (CRATE repository) or '
                      'blocks.<i>.attn.temp (ToST repository) keys')
@@ -144,7 +145,7 @@ def white_box_to_mmseg(state_dict: StateDict,
     if layout == 'auto':
         layout = detect_layout(state_dict)
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be 'auto' or one of {list(LAYOUTS)}, "
+        raise InputError(f"layout must be 'auto' or one of {list(LAYOUTS)}, "
                          f'got {layout!r}')
     converted, dropped, unmapped = map_keys(state_dict, LAYOUTS[layout],
                                             DROPPED[layout])

@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Sequence
 
 import numpy as np
 
-from mmseg_whitebox.utils.tool_error import MissingExtraError, SettingError
+from mmseg_whitebox.utils.tool_error import MissingExtraError, InputError
 
 SEVERITIES = (1, 2, 3, 4, 5)
 #: corruption groups of ``imagecorruptions.get_corruption_names``; the
@@ -29,7 +29,7 @@ INSTALL_HINT = ("install the corruptions extra: pip install -e "
                 "scikit-image)")
 
 
-class CorruptionError(SettingError):
+class CorruptionError(InputError):
     """Bad corruption settings (name, severity), a test pipeline the
     benchmark cannot change, or an image the corruptions cannot take: a
     user's input (a ``ToolError``, and a ``ValueError``)."""

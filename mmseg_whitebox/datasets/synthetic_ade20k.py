@@ -44,6 +44,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from PIL import Image
 
+from mmseg_whitebox.utils.tool_error import InputError
+
 ADE_DIRNAME = 'ADEChallengeData2016'
 SPLITS = {'training': 'train', 'validation': 'val'}
 META_FILENAME = 'synthetic_meta.json'
@@ -83,23 +85,23 @@ class SyntheticADE20KSpec:
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
-            raise ValueError(f'variant must be one of {VARIANTS}, '
+            raise InputError(f'variant must be one of {VARIANTS}, '
                              f'got {self.variant!r}')
         max_classes = len(_HUES) * len(TEXTURES)
         if not 2 <= self.num_classes <= max_classes:
-            raise ValueError(
+            raise InputError(
                 f'num_classes must be in [2, {max_classes}] (distinct '
                 f'colour x texture combinations), got {self.num_classes}')
         if self.variant == 'context' and self.num_classes % 2:
-            raise ValueError('the context variant needs an even num_classes '
+            raise InputError('the context variant needs an even num_classes '
                              '(two classes per appearance)')
         if self.num_train < 1 or self.num_val < 1:
-            raise ValueError('num_train and num_val must be >= 1')
+            raise InputError('num_train and num_val must be >= 1')
         if not 1 <= self.min_shapes <= self.max_shapes:
-            raise ValueError('need 1 <= min_shapes <= max_shapes')
+            raise InputError('need 1 <= min_shapes <= max_shapes')
         h, w = self.image_size
         if min(h, w) < 32:
-            raise ValueError(f'image_size must be >= 32 pixels per side, '
+            raise InputError(f'image_size must be >= 32 pixels per side, '
                              f'got {self.image_size}')
         self.image_size = (int(h), int(w))
         if self.foreground_classes is None:
@@ -111,7 +113,7 @@ class SyntheticADE20KSpec:
               or not all(0 <= c < 150 for c in self.foreground_classes)
               or {BACKGROUND_CLASS, LANDMARK_CLASS} & set(
                   self.foreground_classes)):
-            raise ValueError(
+            raise InputError(
                 'foreground_classes must list num_classes distinct ADE20K '
                 'class indices in [0, 150) other than 0 (wall, background) '
                 f'and {LANDMARK_CLASS} (signboard, landmark)')

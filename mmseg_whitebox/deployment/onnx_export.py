@@ -64,7 +64,9 @@ from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                check_image_file,
                                                check_output_file)
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.run_lock import lock_output_file
+from mmseg_whitebox.utils.tool_error import (CheckFailedError, InputError,
+                                             ToolError)
 
 from .onnx_segmentor import (CV2_INTERPOLATION, METADATA_VERSION,
                              OUTPUT_NAMES, REQUIRED_KEYS, VERSION_KEY,
@@ -520,10 +522,17 @@ def export_and_check(config: str,
     one non-square size); with ``check_image``, also
     :class:`~.onnx_segmentor.OnnxSegmentor` against ``inference_model`` on
     that image (:func:`image_parity`). Raises :class:`ToolError` on bad
-    input or when the argmax agreement anywhere is below
-    ``min_agreement``. Returns the report, also written to
-    ``report_file`` (``--json``), before the agreement is judged, so a
-    failing graph's figures are kept."""
+    input, before anything is written.
+
+    The graph is written to a temporary file next to ``out`` and becomes
+    ``out`` only once every check has passed; a graph that fails a check
+    (an argmax agreement below ``min_agreement`` anywhere, non-standard
+    operators) or whose check fails is kept as :func:`failed_path`
+    (``<stem>.failed.onnx``) instead, and a failed check is a
+    :class:`CheckFailedError` saying where. The report is written to
+    ``report_file`` (``--json``) either way, naming where the graph is;
+    it is also returned. ``out`` is locked (``<out>.lock``) while this
+    runs: a second export to it is refused."""
     require_deploy_packages()
     check_opset(opset)
     shape = _shape(shape, '--shape')
@@ -546,49 +555,96 @@ def export_and_check(config: str,
     if not checkpoint:
         raise ToolError('a checkpoint is needed')
     check_checkpoint(checkpoint)
+    with lock_output_file(out, '--out'):  # one export to ``out`` at a time
+        model = _load_model(config, checkpoint, cfg_options)
+        shapes = [shape]
+        if dynamic:
+            shapes += other_shapes or [default_check_shape(model, shape)]
+        check_shapes(model, shapes)
+        metadata = deployment_metadata(model)  # before exporting: may refuse
+        if not dynamic:
+            log(f'note: a static graph runs at {shape[0]}x{shape[1]} only; '
+                'OnnxSegmentor needs --dynamic for images of other sizes')
+        os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+        kind = 'dynamic H, W' if dynamic else 'static'
+        log(f'exporting {osp.basename(config)} at {shape[0]}x{shape[1]} '
+            f'({kind}) to {out}')
+        report = dict(config=config, checkpoint=checkpoint, onnx=out,
+                      dynamic=dynamic, opset=opset)
+        failed = failed_path(out)
+        # ``out`` appears only once the graph has passed every check
+        with atomic_path(out) as staged:
+            export_onnx(model, staged, shape, dynamic=dynamic, opset=opset,
+                        metadata=metadata)
+            try:
+                problem = check_graph(model, staged, shapes, shape,
+                                      min_agreement, check_image, report,
+                                      log)
+            except ToolError:
+                raise  # bad input (--check-image): nothing to keep
+            except Exception:
+                os.replace(staged, failed)
+                log(f'the graph was not confirmed: kept as {failed}')
+                raise
+            if problem:
+                os.replace(staged, failed)
+                report['onnx'] = failed
+            if report_file:
+                write_json(report_file, report, indent=2)
+            if problem:
+                raise CheckFailedError(f'{problem}; the graph is kept as '
+                                       f'{failed}, and --out {out} was not '
+                                       'written')
+    return report
+
+
+def _load_model(config: str, checkpoint: str,
+                cfg_options: Optional[dict]) -> nn.Module:
+    """``config``'s model with ``checkpoint``'s weights on the CPU, in eval
+    mode; a checkpoint that does not fit is a :class:`ToolError`."""
     cfg = read_config(config, cfg_options)
     try:
         model = init_model(cfg, checkpoint, device='cpu')
     except (CheckpointError, UnsafeCheckpointError) as exc:
         raise ToolError(str(exc)) from exc
-    model.eval()
-    shapes = [shape]
-    if dynamic:
-        shapes += other_shapes or [default_check_shape(model, shape)]
-    check_shapes(model, shapes)
-    metadata = deployment_metadata(model)  # before exporting: it may refuse
-    if not dynamic:
-        log(f'note: a static graph runs at {shape[0]}x{shape[1]} only; '
-            'OnnxSegmentor needs --dynamic for images of other sizes')
-    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
-    kind = 'dynamic H, W' if dynamic else 'static'
-    log(f'exporting {osp.basename(config)} at {shape[0]}x{shape[1]} '
-        f'({kind}) to {out}')
-    export_onnx(model, out, shape, dynamic=dynamic, opset=opset,
-                metadata=metadata)
-    custom = non_standard_ops(out)
+    return model.eval()
+
+
+def failed_path(out: str) -> str:
+    """Where a graph that failed its check is kept:
+    ``<out without .onnx>.failed.onnx``."""
+    return osp.splitext(out)[0] + '.failed.onnx'
+
+
+def check_graph(model: nn.Module, path: str, shapes: Sequence[Shape],
+                export_shape: Shape, min_agreement: float,
+                check_image: Optional[str], report: Dict[str, Any],
+                log=print) -> Optional[str]:
+    """Check the graph at ``path`` against ``model``: standard operators
+    only, and an argmax agreement of at least ``min_agreement`` at every
+    size in ``shapes`` (and, with ``check_image``, of
+    :class:`~.onnx_segmentor.OnnxSegmentor` against ``inference_model`` on
+    that image). The figures go into ``report`` and ``log``; returns what
+    failed, or None."""
+    custom = non_standard_ops(path)
     if custom:
-        raise RuntimeError(f'the graph has non-standard operators: {custom}')
-    results = onnx_parity(model, out, shapes, export_shape=shape)
+        return f'the graph has non-standard operators: {custom}'
+    results: List[Any] = onnx_parity(model, path, shapes,
+                                     export_shape=export_shape)
     log('onnxruntime (CPU) against PyTorch:')
     for result in results:
         log(f'  {result}')
-    report = dict(config=config, checkpoint=checkpoint, onnx=out,
-                  dynamic=dynamic, opset=opset,
-                  parity=[asdict(r) for r in results])
+    report['parity'] = [asdict(r) for r in results]
     if check_image:
         try:
-            on_image = image_parity(model, OnnxSegmentor(out), check_image)
-        except ValueError as exc:  # e.g. a static graph, another size
+            on_image = image_parity(model, OnnxSegmentor(path), check_image)
+        except InputError as exc:  # e.g. a static graph, another size
             raise ToolError(f'--check-image {check_image!r}: {exc}') from exc
         log('OnnxSegmentor against inference_model:')
         log(f'  {on_image}')
         report['image_parity'] = asdict(on_image)
         results.append(on_image)
-    if report_file:
-        write_json(report_file, report, indent=2)
-    check_agreement(results, min_agreement, out)
-    return report
+    return agreement_problem(results, min_agreement)
 
 
 @dataclass
@@ -617,7 +673,10 @@ def image_parity(model: nn.Module, segmentor: Any,
     one image (a path, or a BGR uint8 array)."""
     import numpy as np
     from mmseg.apis import inference_model
-    got = segmentor.predict(image, with_logits=True)
+    try:
+        got = segmentor.predict(image, with_logits=True)
+    except ValueError as exc:  # OnnxSegmentor's checks of the image
+        raise InputError(str(exc)) from exc
     with torch.no_grad():
         result = inference_model(model, image)
     expected = result.seg_logits.data.cpu().numpy()
@@ -633,17 +692,16 @@ def image_parity(model: nn.Module, segmentor: Any,
         argmax_agreement=float((got.labels == labels).mean()))
 
 
-def check_agreement(results: Sequence[Parity], min_agreement: float,
-                    out: str) -> None:
-    """A :class:`ToolError` (the tool's non-zero exit) when the argmax
-    agreement at any size is below ``min_agreement``."""
+def agreement_problem(results: Sequence[Parity],
+                      min_agreement: float) -> Optional[str]:
+    """What is wrong when the argmax agreement at any size is below
+    ``min_agreement``, or None."""
     bad = [r for r in results if r.argmax_agreement < min_agreement]
-    if bad:
-        raise ToolError(
-            'the ONNX graph disagrees with PyTorch: argmax agreement below '
+    if not bad:
+        return None
+    return ('the ONNX graph disagrees with PyTorch: argmax agreement below '
             f'{100 * min_agreement:.1f}% at ' +
-            ', '.join(f'{r.shape[0]}x{r.shape[1]}' for r in bad) +
-            f' (the graph is at {out})')
+            ', '.join(f'{r.shape[0]}x{r.shape[1]}' for r in bad))
 
 
 def _shape(shape: Sequence[int], option: str) -> Shape:

@@ -40,6 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmseg_whitebox.utils.tool_error import InputError
 from . import export, precision
 from .subspace import SubspaceAttention
 
@@ -62,8 +63,9 @@ def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
     b, k, _, p = z.shape
     h, w = hw
     if rep_grid[0] > h or rep_grid[1] > w:
-        # adaptive pooling would silently copy tokens into several cells
-        raise ValueError(
+        # adaptive pooling would silently copy tokens into several cells;
+        # the input is too small for the config: a user's error
+        raise InputError(
             f'rep_grid {tuple(rep_grid)} is larger than the {h}x{w} token '
             'grid: use a rep_grid of at most the token grid (e.g. '
             f'rep_grid=({min(rep_grid[0], h)}, {min(rep_grid[1], w)})) or '

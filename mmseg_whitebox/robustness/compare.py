@@ -8,7 +8,7 @@ import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 from mmseg_whitebox.utils.atomic import write_csv, write_text
-from mmseg_whitebox.utils.tool_error import SettingError
+from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from .plotting import load_results, plot_robustness, result_label
 from .summary import (common_sigmas, markdown_table, summarize_results,
                       summary_rows)
@@ -37,27 +37,30 @@ def compare_sweeps(folders: Sequence[str],
     Raises:
         MissingInputError: (a ``FileNotFoundError``) for a folder without
             ``results.json``.
-        SettingError: (a ``ValueError``) with wrong labels, no common
+        InputError: (a ``ValueError``) with wrong labels, no common
             sigma, or a requested sigma not in every sweep.
     """
     if labels and len(labels) != len(folders):
-        raise SettingError(f'--labels: give one label per folder '
-                           f'({len(folders)}), got {len(labels)}')
+        raise InputError(f'--labels: give one label per folder '
+                         f'({len(folders)}), got {len(labels)}')
     runs = []
     for i, folder in enumerate(folders):
-        results = load_results(folder)
+        try:
+            results = load_results(folder)
+        except FileNotFoundError as exc:  # not a sweep's folder
+            raise MissingInputError(str(exc)) from exc
         runs.append((labels[i] if labels else result_label(results, folder),
                      results))
     common = common_sigmas([r for _, r in runs])
     if not common:
-        raise SettingError('the sweeps share no sigma > 0: nothing to '
-                           'compare')
+        raise InputError('the sweeps share no sigma > 0: nothing to '
+                         'compare')
     columns = list(common if sigmas is None else sigmas)
     missing = [s for s in columns if float(s) not in common]
     if missing:
-        raise SettingError(f'--sigmas: sigma {missing} is not in every '
-                           'sweep; common sigmas: '
-                           f'{", ".join(f"{s:g}" for s in common)}')
+        raise InputError(f'--sigmas: sigma {missing} is not in every '
+                         'sweep; common sigmas: '
+                         f'{", ".join(f"{s:g}" for s in common)}')
     notes: List[str] = []
     modes = {r.get('setup', {}).get('mode', 'absolute') for _, r in runs}
     if len(modes) > 1:

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from mmseg_whitebox.utils.tool_error import SettingError
+from mmseg_whitebox.utils.tool_error import InputError
 from .selection import Selection
 from .sites import KIND_MMCV_MHA, KIND_RESIDUAL_BLOCK
 
@@ -88,7 +88,7 @@ def group_selections(selection: Selection,
     whole selection's sites: its ablation reference is the same.
 
     Raises:
-        SettingError: (a ``ValueError``) for a group name that is unknown
+        InputError: (a ``ValueError``) for a group name that is unknown
             or not in the selection (naming those it has).
     """
     grouped = parameter_groups(selection)
@@ -96,7 +96,7 @@ def group_selections(selection: Selection,
         groups = list(grouped)
     missing = [g for g in groups if g not in grouped]
     if missing:
-        raise SettingError(
+        raise InputError(
             f'--groups: no parameter group {missing} in selection '
             f'{selection.label!r}; it has: {", ".join(grouped)} (all groups: '
             f'{", ".join(GROUPS)})')

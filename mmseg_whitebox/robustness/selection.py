@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
-from mmseg_whitebox.utils.tool_error import SettingError
+from mmseg_whitebox.utils.tool_error import InputError
 from .sites import AttentionSite, _unwrap, find_attention_sites
 
 NAMED_TARGETS = ('decoder-attention', 'decoder', 'encoder-attention')
@@ -67,7 +67,7 @@ def select_parameters(model: nn.Module,
     """Resolve a target (and optional layer indices) to parameters.
 
     Raises:
-        SettingError: (a ``ValueError``) with the available choices, if
+        InputError: (a ``ValueError``) with the available choices, if
             nothing is selected or a layer index does not exist.
     """
     model = _unwrap(model)
@@ -84,7 +84,7 @@ def select_parameters(model: nn.Module,
         try:
             pattern = re.compile(target)
         except re.error as exc:
-            raise SettingError(
+            raise InputError(
                 f'--target {target!r} is neither one of {NAMED_TARGETS} nor '
                 f'a valid regular expression ({exc})') from exc
         params = [(n, p) for n, p in named if pattern.search(n)]
@@ -97,7 +97,7 @@ def select_parameters(model: nn.Module,
             if target in NAMED_TARGETS else sites)}
         missing = [i for i in layers if i not in all_sites]
         if missing:
-            raise SettingError(
+            raise InputError(
                 f'--layers: no attention layer {missing} for target '
                 f'{target!r}; '
                 f'layers: ' + ', '.join(f'[{i}] {s.name}'
@@ -115,7 +115,7 @@ def select_parameters(model: nn.Module,
         if available:
             msg += '; attention layers in this model: ' + ', '.join(
                 s.name for s in available)
-        raise SettingError(msg)
+        raise InputError(msg)
     label = target if layers is None else (
         f'{target}[{",".join(str(i) for i in layers)}]')
     return Selection(label, target, params, sites)
@@ -130,18 +130,18 @@ def select_layers(model: nn.Module,
     attention layer the target covers, or a sequence of layer indices.
 
     Raises:
-        SettingError: as :func:`select_parameters`, or if ``'each'`` finds
+        InputError: as :func:`select_parameters`, or if ``'each'`` finds
             no attention layers.
     """
     if layers is None:
         return [select_parameters(model, target)]
     if isinstance(layers, str):
         if layers != 'each':
-            raise SettingError(f'--layers must be "each" or layer indices, '
-                               f'got {layers!r}')
+            raise InputError(f'--layers must be "each" or layer indices, '
+                             f'got {layers!r}')
         sites = select_parameters(model, target).sites
         if not sites:
-            raise SettingError(f'--target {target!r} covers no attention '
-                               'layers to perturb one at a time (--layers)')
+            raise InputError(f'--target {target!r} covers no attention '
+                             'layers to perturb one at a time (--layers)')
         layers = [s.index for s in sites]
     return [select_parameters(model, target, [i]) for i in layers]

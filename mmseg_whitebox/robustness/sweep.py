@@ -39,7 +39,8 @@ import torch.nn as nn
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
-from mmseg_whitebox.utils.tool_error import OutputExistsError, SettingError
+from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
+from mmseg_whitebox.utils.tool_error import InputError, OutputExistsError
 from .metrics import Evaluate
 from .perturbation import ParameterNoise
 from .resume import setup_differences, with_config_digest
@@ -83,7 +84,7 @@ class ResultStore:
     def __init__(self, out_dir: Optional[str] = None,
                  setup: Optional[Dict[str, Any]] = None,
                  resume: bool = False) -> None:
-        self.check_out_dir(out_dir, resume)
+        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
         if out_dir:
@@ -95,7 +96,7 @@ class ResultStore:
             data = read_json(self.json_path, 'results of a noise sweep')
             diff = setup_differences(data.get('setup', {}), setup)
             if diff:
-                raise SettingError(
+                raise InputError(
                     f'cannot resume {out_dir}: it was made with different '
                     'settings (' + '; '.join(diff) + '); resume with those, '
                     'or choose another output folder (--out)')
@@ -134,11 +135,13 @@ class ResultStore:
         return store
 
     @staticmethod
-    def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
-        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if
-        ``out_dir`` already holds sweep results and ``resume`` is off, a
-        ``ToolError`` if it cannot be written (checked by the constructor
-        too; a tool calls it before building a model)."""
+    def check_out_dir(out_dir: Optional[str],
+                      resume: bool = False) -> Optional[RunLock]:
+        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if ``out_dir`` already holds sweep
+        results and ``resume`` is off, a ``ToolError`` if it cannot be
+        written or another run writes there (checked by the constructor
+        too; a tool calls it before building a model); the folder's lock."""
+        lock = lock_folder(out_dir) if out_dir else None  # one writer
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
             raise OutputExistsError(
@@ -150,6 +153,7 @@ class ResultStore:
             if resume and osp.isfile(osp.join(out_dir, 'results.json')):
                 read_json(osp.join(out_dir, 'results.json'),  # readable?
                           'results of a noise sweep')
+        return lock
 
     # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:
@@ -331,7 +335,7 @@ class NoiseSweep:
         with NonFiniteCounter().watching(self.model) as counter:
             metrics = self.evaluate()
         if 'mIoU' not in metrics:
-            raise SettingError(
+            raise InputError(
                 f'the test evaluator reports {sorted(metrics)}, not mIoU; '
                 "the sweep needs IoUMetric with iou_metrics=['mIoU']")
         metrics = {k: metrics[k] for k in METRICS if k in metrics}

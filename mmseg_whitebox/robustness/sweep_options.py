@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from mmseg_whitebox.utils.tool_error import SettingError
+from mmseg_whitebox.utils.tool_error import InputError
 from .groups import GROUPS
 from .perturbation import MODES
 from .selection import NAMED_TARGETS
@@ -43,7 +43,7 @@ def layer_choice(layers: Any) -> Union[None, str, List[int]]:
     ``['each']`` and indices as text (``--layers each``, ``--layers 0 2``).
 
     Raises:
-        SettingError: naming ``--layers``.
+        InputError: naming ``--layers``.
     """
     if layers is None or layers == 'each':
         return layers
@@ -51,10 +51,10 @@ def layer_choice(layers: Any) -> Union[None, str, List[int]]:
     if entries == ['each']:
         return 'each'
     if 'each' in entries:
-        raise SettingError('--layers: "each" or layer indices, not both')
+        raise InputError('--layers: "each" or layer indices, not both')
     bad = [v for v in entries if _layer_index(v) is None]
     if bad or not entries:
-        raise SettingError(
+        raise InputError(
             '--layers takes "each" or layer indices (printed by the tool), '
             f'not {", ".join(repr(v) for v in bad) or "nothing"}')
     return [_layer_index(v) for v in entries]
@@ -134,23 +134,23 @@ class NoiseSweepOptions:
         (:func:`layer_choice`).
 
         Raises:
-            SettingError: naming the flag.
+            InputError: naming the flag.
         """
         if self.mode not in MODES:
-            raise SettingError(f'--mode must be one of {", ".join(MODES)}, '
-                               f'got {self.mode!r}')
+            raise InputError(f'--mode must be one of {", ".join(MODES)}, '
+                             f'got {self.mode!r}')
         for flag, value in (('--seeds', self.seeds),
                             ('--angle-images', self.angle_images),
                             ('--max-heads', self.max_heads)):
             if isinstance(value, bool) or not isinstance(
                     value, numbers.Integral) or value < 1:
-                raise SettingError(f'{flag} must be a whole number >= 1, '
-                                   f'got {value!r}')
+                raise InputError(f'{flag} must be a whole number >= 1, '
+                                 f'got {value!r}')
         bad = [s for s in self.sigmas
                if isinstance(s, bool) or not isinstance(s, numbers.Real)
                or not (math.isfinite(s) and s >= 0)]
         if bad or not len(self.sigmas):
-            raise SettingError(
+            raise InputError(
                 '--sigmas must be finite and >= 0 (0 is the clean model), got '
                 f'{", ".join(repr(s) for s in bad) or "none"}: e.g. --sigmas '
                 '0.001 0.01 0.1')

@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import os.path as osp
+import re
 import tempfile
 from typing import Any, Dict, Iterator, List, Sequence
 
@@ -44,6 +45,18 @@ def atomic_path(path: str) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+
+
+def stale_temporaries(folder: str, suffix: str) -> List[str]:
+    """The temporary files :func:`atomic_path` left in ``folder`` for
+    targets ending in ``suffix`` (``.<name>.<8 random characters><suffix>``:
+    a write killed before its end). Only a process that knows no other
+    writes there (it holds the folder's lock) may remove them."""
+    pattern = re.compile(r'\..+\.[a-z0-9_]{8}' + re.escape(suffix) + '$')
+    if not osp.isdir(folder):
+        return []
+    return sorted(osp.join(folder, name) for name in os.listdir(folder)
+                  if pattern.match(name))
 
 
 def check_not_input(output: str, inputs: Sequence[str],

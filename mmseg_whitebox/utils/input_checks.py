@@ -131,9 +131,9 @@ def check_device(device: Optional[str]) -> None:
     import torch
     try:
         parsed = torch.device(device)
-    except RuntimeError:
+    except RuntimeError as exc:
         raise ToolError(f'unknown device {device!r}: use cpu, cuda or '
-                        'cuda:N') from None
+                        'cuda:N') from exc
     if parsed.type != 'cuda':
         return
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

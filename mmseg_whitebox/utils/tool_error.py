@@ -1,8 +1,20 @@
-"""The error every tool reports as one line, and its exit status; kept
-apart from :mod:`.cli` so that the modules ``cli`` builds on can raise it."""
+"""The errors every tool reports as one line, and their exit statuses;
+kept apart from :mod:`.cli` so that the modules ``cli`` builds on can
+raise them.
+
+Two kinds of failure are told apart (:func:`~mmseg_whitebox.cli.run_tool`):
+a user's mistake (bad input: a :class:`ToolError`) is one line and exit
+status :data:`BAD_INPUT`; anything else is a bug, exit status
+:data:`INTERNAL_ERROR`, with its traceback kept. A result that fails the
+tool's own check (:class:`CheckFailedError`) is neither: one line, exit
+status :data:`INTERNAL_ERROR`, nothing to debug in the tool.
+"""
 
 #: exit status of every tool on bad input (as argparse's own errors)
 BAD_INPUT = 2
+#: exit status of a failure that is not the user's: a bug, or a result
+#: that failed its check
+INTERNAL_ERROR = 1
 
 
 class ToolError(Exception):
@@ -14,20 +26,26 @@ class ToolError(Exception):
     """
 
 
-class BadFileError(ToolError, ValueError):
+class InputError(ToolError, ValueError):
+    """Bad input found by a function of the package where it checks its
+    arguments or reads a file's content: a ``ValueError`` to callers of
+    the package, a :class:`ToolError` to the tools. Raised only at such a
+    check, so that a ``ValueError`` from anywhere else stays a bug."""
+
+
+class MissingInputError(ToolError, FileNotFoundError):
+    """An input file or folder that does not exist, found by a function
+    of the package: a ``FileNotFoundError`` to callers of the package, a
+    :class:`ToolError` to the tools."""
+
+
+class BadFileError(InputError):
     """A file that cannot be read as what it should be (truncated, empty,
-    another format); the message names the file and what to do. (A
-    ``ValueError`` too, for callers of the package that catch those.)"""
+    another format); the message names the file and what to do."""
 
 
-class OverwriteError(ToolError, ValueError):
+class OverwriteError(InputError):
     """A tool was asked to write over one of its own inputs."""
-
-
-class SettingError(ToolError, ValueError):
-    """A setting that cannot be used (an option of a tool, or the argument
-    of a package function behind it); the message names the option. (A
-    ``ValueError`` too, for callers of the package that catch those.)"""
 
 
 class OutputExistsError(ToolError, FileExistsError):
@@ -35,11 +53,13 @@ class OutputExistsError(ToolError, FileExistsError):
     (without ``--resume``)."""
 
 
-class MissingInputError(ToolError, FileNotFoundError):
-    """An input a tool was given does not exist or is not what it should
-    be (e.g. a folder without the results it should hold)."""
-
-
 class MissingExtraError(ToolError, ImportError):
     """A feature needs an optional package that is not installed; the
     message says how to install it."""
+
+
+class CheckFailedError(Exception):
+    """A tool did its work and the result failed the tool's own check (an
+    exported graph that disagrees with PyTorch): reported as
+    ``<tool>: check failed: <message>`` with exit status
+    :data:`INTERNAL_ERROR`; the message says where the result was kept."""

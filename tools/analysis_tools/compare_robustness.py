@@ -31,6 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    # bad input is a ToolError raised where it is found
     out = compare_sweeps(args.folders, args.out_dir, args.labels,
                          args.sigmas, args.title)
     print(out['markdown'])

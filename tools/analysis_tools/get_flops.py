@@ -18,7 +18,7 @@ from mmseg_whitebox.analysis.model_complexity import (config_complexity,
 from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,9 +45,9 @@ def main(argv=None):
         args.shape * 2 if len(args.shape) == 1 else args.shape)
     try:
         result = config_complexity(cfg, shape, max_depth=args.depth)
-    except ValueError as exc:  # e.g. a CBSA grid larger than the tokens
+    except InputError as exc:  # e.g. a CBSA grid larger than the tokens
         raise ToolError(f'the model cannot run at {shape[0]}x{shape[1]}: '
-                        f'{exc}') from None
+                        f'{exc}') from exc
     print(result.table)
     print()
     print(result.summary())

@@ -46,16 +46,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> str:
     args = parse_args(argv)
+    # bad settings: an InputError (a ToolError) from the spec's checks
+    spec = SyntheticADE20KSpec(
+        variant=args.variant, num_classes=args.num_classes,
+        num_train=args.num_train, num_val=args.num_val,
+        image_size=tuple(args.image_size), size_jitter=args.size_jitter,
+        seed=args.seed)
+    start = time.time()
     try:
-        spec = SyntheticADE20KSpec(
-            variant=args.variant, num_classes=args.num_classes,
-            num_train=args.num_train, num_val=args.num_val,
-            image_size=tuple(args.image_size), size_jitter=args.size_jitter,
-            seed=args.seed)
-        start = time.time()
         root = generate_synthetic_ade20k(args.out_dir, spec,
                                          overwrite=args.overwrite)
-    except (ValueError, FileExistsError) as exc:
+    except FileExistsError as exc:  # a folder it refuses to write into
         raise ToolError(str(exc)) from exc
     meta = load_meta(root)
     names = ', '.join(meta['classes_present'].values())

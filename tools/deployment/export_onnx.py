@@ -20,8 +20,10 @@ tools/deployment/onnx_inference.py.
 The graph is then run with onnxruntime (CPU) and compared with PyTorch on
 random inputs at the export shape and, with --dynamic, at --check-shape
 sizes (default: one non-square size). It prints the largest logit
-difference and the argmax agreement per size, and fails (exit status 2) if
-the agreement anywhere is below --min-agreement (99.9%). With
+difference and the argmax agreement per size. --out is written only when
+the agreement everywhere is at least --min-agreement (99.9%); otherwise
+the graph is kept as OUT_STEM.failed.onnx, the tool says so and exits
+with status 1 (bad input exits with 2, before anything is written). With
 --check-image, OnnxSegmentor and inference_model also predict that image
 and are compared the same way. Needs the deploy extra: pip install -c
 constraints.txt -e ".[deploy]".

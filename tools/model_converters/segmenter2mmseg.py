@@ -50,7 +50,6 @@ import os.path as osp
 import mmseg_whitebox  # noqa: F401  (compat first, registers the heads)
 from mmseg_whitebox.cli import run_tool
 from mmseg_whitebox.converters.state_dicts import convert_segmenter_file
-from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def main(argv=None) -> None:
@@ -67,12 +66,10 @@ def main(argv=None) -> None:
                    'representatives (attn_cfg.rep_stop_grad=False), as '
                    'the released code fine-tunes')
     args = p.parse_args(argv)
-    try:
-        done = convert_segmenter_file(args.src, args.dst, args.variant,
-                                      args.config, args.out_config,
-                                      args.released_gradients)
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
+    # bad input is a ToolError raised where it is found
+    done = convert_segmenter_file(args.src, args.dst, args.variant,
+                                  args.config, args.out_config,
+                                  args.released_gradients)
     print(f'{done["kind"]} checkpoint -> {done["dst"]} ({done["tensors"]} '
           'tensors, loaded strictly)' +
           (f'; dropped the classifier ({", ".join(done["dropped"])})'

@@ -26,7 +26,6 @@ import mmseg_whitebox  # noqa: F401  (compat first)
 from mmseg_whitebox.cli import run_tool
 from mmseg_whitebox.converters.state_dicts import convert_file
 from mmseg_whitebox.converters.vit import timm_vit_to_mmseg, vit_to_white_box
-from mmseg_whitebox.utils.tool_error import ToolError
 
 CONVERTERS = {'vit': timm_vit_to_mmseg, 'white-box': vit_to_white_box}
 
@@ -43,11 +42,8 @@ def main(argv=None) -> None:
     p.add_argument('--config', help='the config that will load DST: '
                    'check that the weights fit its backbone before writing')
     args = p.parse_args(argv)
-    try:
-        print(convert_file(args.src, args.dst, CONVERTERS[args.to],
-                           args.config))
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
+    # bad input is a ToolError raised where it is found
+    print(convert_file(args.src, args.dst, CONVERTERS[args.to], args.config))
 
 
 if __name__ == '__main__':

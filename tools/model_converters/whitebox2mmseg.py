@@ -30,7 +30,6 @@ import mmseg_whitebox  # noqa: F401  (compat first)
 from mmseg_whitebox.cli import run_tool
 from mmseg_whitebox.converters.state_dicts import convert_file
 from mmseg_whitebox.converters.white_box import LAYOUTS, white_box_to_mmseg
-from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def main(argv=None) -> None:
@@ -45,12 +44,10 @@ def main(argv=None) -> None:
     p.add_argument('--config', help='the config that will load DST: '
                    'check that the weights fit its backbone before writing')
     args = p.parse_args(argv)
-    try:
-        print(convert_file(
-            args.src, args.dst,
-            partial(white_box_to_mmseg, layout=args.layout), args.config))
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
+    # bad input is a ToolError raised where it is found
+    print(convert_file(args.src, args.dst,
+                       partial(white_box_to_mmseg, layout=args.layout),
+                       args.config))
 
 
 if __name__ == '__main__':

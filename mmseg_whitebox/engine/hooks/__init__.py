@@ -1,9 +1,11 @@
+from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
 from .non_finite_counter import NonFiniteCounter, count_nonfinite
 from .rng_state_hook import RNGStateCheckpointHook
 from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
 __all__ = [
-    'CheckpointCheckHook', 'NonFiniteCounter', 'RNGStateCheckpointHook',
-    'ResumeCheckHook', 'WeightsOnlyCheckpointHook', 'count_nonfinite'
+    'AtomicCheckpointHook', 'CheckpointCheckHook', 'NonFiniteCounter',
+    'RNGStateCheckpointHook', 'ResumeCheckHook', 'WeightsOnlyCheckpointHook',
+    'count_nonfinite'
 ]

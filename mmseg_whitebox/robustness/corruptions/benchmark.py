@@ -16,6 +16,7 @@ from mmseg_whitebox.utils.atomic import (read_json, write_csv, write_json,
 from mmseg_whitebox.utils.input_checks import (check_writable_folder,
                                                dataset_configs)
 from mmseg_whitebox.utils.tool_error import OutputExistsError
+from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
 from ..evaluation import build_test_runner
 from ..resume import setup_differences, with_config_digest
 from .report import (corruption_summary, markdown_table, plot_corruptions,
@@ -109,7 +110,7 @@ class CorruptionStore:
 
     def __init__(self, out_dir: Optional[str], setup: Dict[str, Any],
                  resume: bool = False) -> None:
-        self.check_out_dir(out_dir, resume)
+        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
         if out_dir:
@@ -134,10 +135,12 @@ class CorruptionStore:
             self.data = dict(setup=setup, clean=None, results={})
 
     @staticmethod
-    def check_out_dir(out_dir: Optional[str], resume: bool = False) -> None:
-        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if
-        ``out_dir`` holds results and ``resume`` is off, a ``ToolError`` if
-        it cannot be written (a tool calls it before building a model)."""
+    def check_out_dir(out_dir: Optional[str],
+                      resume: bool = False) -> Optional[RunLock]:
+        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if ``out_dir`` holds results and
+        ``resume`` is off, a ``ToolError`` if another run writes there (a
+        tool calls it before building a model); the folder's lock."""
+        lock = lock_folder(out_dir) if out_dir else None  # one writer
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
             raise OutputExistsError(
@@ -148,6 +151,7 @@ class CorruptionStore:
             if resume and osp.isfile(osp.join(out_dir, 'results.json')):
                 read_json(osp.join(out_dir, 'results.json'),  # readable?
                           'results of a corruption benchmark')
+        return lock
 
     @property
     def metric(self) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from .memory import available_memory, proc_field
 from .report import Baseline, Column, add_ratios, describe_row, results_table
 from .timing import time_interleaved
@@ -69,7 +70,7 @@ class Benchmark:
         pattern = self.configs[name].format(size=size)
         found = sorted(glob.glob(osp.join(config_root, pattern)))
         if not found:
-            raise FileNotFoundError(
+            raise MissingInputError(
                 f'no config for {self.what.format(name=name, size=size)} '
                 f'({pattern} under {config_root}); {self.remedy}')
         return found[0]
@@ -173,7 +174,7 @@ def parse_size(text: str) -> Tuple[int, int]:
     if len(parts) == 1:
         parts = parts * 2
     if len(parts) != 2 or min(parts) < 16:
-        raise ValueError(
+        raise InputError(
             f'size {text!r}: give N (square) or HxW, each >= 16 pixels')
     return parts[0], parts[1]
 
@@ -223,12 +224,12 @@ def check_measurement_args(parser: argparse.ArgumentParser,
 def prepare_run(device_name: str, threads: Optional[int],
                 memory_limit_gb: Optional[float]
                 ) -> Tuple[torch.device, Optional[int]]:
-    """The device (``ValueError`` if CUDA is asked for and missing), the
+    """The device (:class:`InputError` if CUDA is asked for and missing), the
     CPU threads set, and the memory budget in bytes (``memory_limit_gb``,
     else 80% of what is available now)."""
     device = torch.device(device_name)
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError('--device cuda, but torch sees no CUDA device')
+        raise InputError('--device cuda, but torch sees no CUDA device')
     if threads:
         torch.set_num_threads(threads)
     if memory_limit_gb:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.ops import SubspaceAttention
 from mmseg_whitebox.robustness.sites import find_attention_sites
+from mmseg_whitebox.utils.tool_error import InputError
 
 
 def coding_rate(w: torch.Tensor, eps: float = 0.1) -> torch.Tensor:
@@ -63,7 +64,7 @@ class CompressionProbe:
         self.sites = [s for s in find_attention_sites(model, scope)
                       if isinstance(s.attention, SubspaceAttention)]
         if not self.sites:
-            raise ValueError(
+            raise InputError(
                 f'no white-box (subspace) attention layers under {scope!r}: '
                 'the coding rate is measured with a layer\'s own subspaces')
         self.values: Dict[str, Dict[str, List[float]]] = {

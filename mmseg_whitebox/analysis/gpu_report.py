@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
+from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
 from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
                         prepare_run)
@@ -263,14 +264,14 @@ def run_gpu_report(out_dir: str, device: str = 'cuda',
     else:
         plan = GPU_PLAN
         if torch.device(device).type != 'cuda':
-            raise ValueError(f'the GPU sizes on {device!r} would take '
+            raise InputError(f'the GPU sizes on {device!r} would take '
                              'hours: give a CUDA device, or --dry-run for '
                              'the tiny CPU run')
     dev, limit = prepare_run(device, None, None)
     if config_root is None:
         root = resources_root()
         if root is None:
-            raise ValueError('no configs/ found (neither a checkout nor an '
+            raise MissingInputError('no configs/ found (neither a checkout nor an '
                              'installed wheel\'s)')
         config_root = osp.join(root, 'configs')
     os.makedirs(out_dir, exist_ok=True)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from mmseg_whitebox.utils.tool_error import InputError
 from .benchmark import Benchmark, build_models, prepare_run
 from .timing import synchronize
 
@@ -132,7 +133,7 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
                                          max_heads)
         reason = shared.unsupported(sel.parameters)
         if reason:
-            raise ValueError(f'no shared-encoder sweep for --target '
+            raise InputError(f'no shared-encoder sweep for --target '
                              f'{options.target}: {reason}')
         sigmas = [PAPER_SIGMAS[i % len(PAPER_SIGMAS)]
                   for i in range(options.settings)]

@@ -40,8 +40,8 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, List, Optional
 
-from mmseg_whitebox.utils.run_lock import output_folder
 from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.utils.run_lock import output_folder
 from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
                                              CheckFailedError, ToolError)
 

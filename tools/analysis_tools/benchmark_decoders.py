@@ -34,7 +34,6 @@ from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import decoder_benchmark as bench
 from mmseg_whitebox.analysis.report import slopes, write_report
 from mmseg_whitebox.cli import run_tool, tool_parser
-from mmseg_whitebox.utils.tool_error import ToolError
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))), 'configs')
@@ -81,16 +80,10 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
-    try:
-        device, memory_limit = common.prepare_run(
-            args.device, args.threads, args.memory_limit_gb)
-    except ValueError as exc:
-        raise ToolError(str(exc))
-    try:
-        heads, info = bench.build_heads(args.heads, args.encoder, device,
-                                        args.seed, CONFIG_ROOT)
-    except FileNotFoundError as exc:
-        raise ToolError(str(exc))
+    device, memory_limit = common.prepare_run(
+        args.device, args.threads, args.memory_limit_gb)
+    heads, info = bench.build_heads(args.heads, args.encoder, device,
+                                    args.seed, CONFIG_ROOT)
     os.makedirs(args.out, exist_ok=True)
     options = common.BenchmarkOptions(
         repeats=args.repeats, warmup=args.warmup,

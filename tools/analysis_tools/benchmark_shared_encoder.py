@@ -78,10 +78,7 @@ def main(argv=None) -> float:
         target=args.target, device=args.device, threads=args.threads,
         data_dir=args.data_dir, cfg_options=args.cfg_options,
         profile=args.profile)
-    try:
-        report = run_shared_encoder_benchmark(options)
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
+    report = run_shared_encoder_benchmark(options)
     seq, shared = report['sequential_s'], report['shared_s']
     print(f'sequential: {seq:.1f} s ({args.settings} evaluations)')
     print(f'shared encoder: {shared:.1f} s ({report["passes"]} pass(es), '

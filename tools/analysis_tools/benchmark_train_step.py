@@ -36,7 +36,6 @@ from mmseg_whitebox.analysis.report import ratio_lines, slopes, write_report
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.tool_error import ToolError
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))), 'configs')
@@ -84,14 +83,11 @@ def print_summary(rows: List[Dict]) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
-    try:
-        device, memory_limit = common.prepare_run(
-            args.device, args.threads, args.memory_limit_gb)
-        models = bench.build_trainable(
-            args.models, args.size, device, args.seed,
-            CONFIG_ROOT, args.with_cp, args.banded_loss)
-    except (ValueError, FileNotFoundError) as exc:
-        raise ToolError(str(exc))
+    device, memory_limit = common.prepare_run(
+        args.device, args.threads, args.memory_limit_gb)
+    models = bench.build_trainable(args.models, args.size, device, args.seed,
+                                   CONFIG_ROOT, args.with_cp,
+                                   args.banded_loss)
     os.makedirs(args.out, exist_ok=True)
     options = common.BenchmarkOptions(
         repeats=args.repeats, warmup=args.warmup,

@@ -23,7 +23,6 @@ from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                check_data_roots)
-from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -122,10 +121,7 @@ def main(argv=None) -> list:
     out = args.out or osp.join('work_dirs', 'coding_rate', name)
     os.makedirs(out, exist_ok=True)
     model = init_model(cfg, args.checkpoint, device=args.device)
-    try:
-        probe = CompressionProbe(model, args.eps)
-    except ValueError as exc:
-        raise ToolError(str(exc)) from exc
+    probe = CompressionProbe(model, args.eps)
     cfg.test_dataloader.batch_size = 1
     loader = Runner.build_dataloader(cfg.test_dataloader)
     seen = 0

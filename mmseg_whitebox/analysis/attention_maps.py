@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.ops import CBSA
 from mmseg_whitebox.utils.atomic import save_figure
+from mmseg_whitebox.utils.tool_error import InputError
 
 
 class CBSAAttentionCapture:
@@ -35,7 +36,7 @@ class CBSAAttentionCapture:
         self.ops = {name: m for name, m in model.named_modules()
                     if isinstance(m, CBSA) and name.startswith(prefix)}
         if not self.ops:
-            raise ValueError(f'no CBSA layers under {scope!r}')
+            raise InputError(f'no CBSA layers under {scope!r}')
         self.records: Dict[str, List[Dict[str, Any]]] = {
             name: [] for name in self.ops}
 

@@ -23,6 +23,7 @@ from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                check_data_roots)
+from mmseg_whitebox.utils.tool_error import InputError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,7 +76,7 @@ def draw_maps(model, cfg, out: str, count: int) -> list:
         CBSAAttentionCapture, draw_extraction_maps)
     try:
         capture = CBSAAttentionCapture(model)
-    except ValueError:
+    except InputError:
         print('no CBSA layers: skipping extraction maps')
         return []
     dataset_cfg = cfg.test_dataloader.dataset

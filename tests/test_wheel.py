@@ -167,8 +167,7 @@ def test_wheel_carries_configs_tools_and_commands(dist):
         w for m in metafiles for w in ('-', m)]
     scripts = sorted(line.split(' = ')[0] for line in entry_points.splitlines()
                      if line.startswith('mmseg-whitebox-'))
-    assert scripts == sorted(['mmseg-whitebox-weights-only'] +
-                             [f'mmseg-whitebox-{c}' for c in COMMANDS])
+    assert scripts == sorted(f'mmseg-whitebox-{c}' for c in COMMANDS)
     # the license the metadata names, and its text (pyproject.toml)
     assert 'License-Expression: Apache-2.0' in metadata.splitlines()
     with open(osp.join(REPO, 'LICENSE')) as f:

@@ -53,7 +53,7 @@ def merge_attn_cfg(head: str,
             **{legacy_args[name]: value for name, value in legacy.items()}}
 
 
-def copy_by_image(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+def _copy_by_image(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """``dst.copy_(src)`` image by image (``dst`` contiguous, ``src``
     often a transposed view, e.g. the encoder's ``(B, d, H, W)`` map read
     as ``(B, HW, d)`` tokens). torch copies a transposed 2-D matrix block
@@ -146,7 +146,7 @@ class MaskClassificationHead(BaseDecodeHead):
         # contiguous class maps, as mmseg's heads return: resizing the
         # transposed view is several times slower
         maps = masks.new_empty(b, self.num_classes, h * w)
-        return copy_by_image(maps, masks.transpose(1, 2)).view(
+        return _copy_by_image(maps, masks.transpose(1, 2)).view(
             b, self.num_classes, h, w)
 
 
@@ -174,7 +174,7 @@ class JointTokenHead(MaskClassificationHead):
         # transposed feature map
         x = patches.new_empty(b, num_patches + classes.shape[1], d,
                               dtype=torch.result_type(patches, classes))
-        copy_by_image(x[:, :num_patches], patches)
+        _copy_by_image(x[:, :num_patches], patches)
         x[:, num_patches:] = classes
         for layer in self.layers:
             x = layer(x, hw=hw, grid_start=0)

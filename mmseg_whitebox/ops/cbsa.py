@@ -95,7 +95,8 @@ class _SoftmaxOverOwnBuffer(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore
         attn, = ctx.saved_tensors
-        return attn * (grad - (grad * attn).sum(-1, keepdim=True))
+        # torch.softmax's own backward kernel (one fused pass)
+        return torch._softmax_backward_data(grad, attn, -1, attn.dtype)
 
 
 class CBSA(SubspaceAttention):

@@ -81,6 +81,26 @@ def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
     return rep.reshape(b, k, p, -1).transpose(-1, -2)
 
 
+class _SoftmaxOverOwnBuffer(torch.autograd.Function):
+    """``softmax(x, dim=-1)`` written over ``x``, a fresh product that
+    nothing else holds or needs: the similarities and the attention share
+    one ``(B, K, m, N)`` buffer instead of two. The gradient is softmax's,
+    which needs only the output."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore
+        torch.softmax(x, dim=-1, out=x)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore
+        attn, = ctx.saved_tensors
+        # torch.softmax's own backward kernel (one fused pass)
+        return torch._softmax_backward_data(grad, attn, -1, attn.dtype)
+
+
 class CBSA(SubspaceAttention):
     """Contract-and-broadcast self-attention; returns the update.
 
@@ -168,10 +188,8 @@ class CBSA(SubspaceAttention):
         q_ini = self.initial_representatives(z, hw, grid_start)
         # extraction, eq. (5):
         #   U_k^T Q = U_k^T Q_ini + eta_k U_k^T Z A_k
-        attn_t = self.extraction_attention(q_ini, z)
-        extracted = torch.stack(
-            [attn_t[:, i * m:(i + 1) * m] @ z[:, i] for i in range(k)], dim=1)
-        q = q_ini + self.eta * extracted
+        attn_t = self.extraction_attention(q_ini, z)  # A_k^T, (B, K, m, N)
+        q = q_ini + self.eta * (attn_t @ z)
         contraction = self.contract(q)
         # broadcast, eq. (6): kappa_k (contraction_k) A_k^T, and back to R^d.
         # Associativity: each representative's contraction is taken back
@@ -179,26 +197,25 @@ class CBSA(SubspaceAttention):
         # N x K*p intermediate is formed
         values = self.back_per_subspace(self.kappa * contraction)  # B,K,m,d
         values = values.reshape(b, k * m, self.dim)
-        gather = attn_t.transpose(1, 2)  # (B, N, K*m)
+        gather = attn_t.view(b, k * m, n).transpose(1, 2)  # (B, N, K*m)
         if self.out_proj is None:
             update = gather @ values
         else:  # + the output bias
             update = torch.baddbmm(self.out_proj.bias, gather, values)
         if return_attn:
-            return update, attn_t.view(b, k, m, n)
+            return update, attn_t
         return update
 
     def extraction_attention(self, q_ini: torch.Tensor,
                              z: torch.Tensor) -> torch.Tensor:
-        """``A_k^T`` of eq. (5) for every subspace, stacked as
-        ``(B, K*m, N)``: subspace by subspace as the paper writes it,
-        ``A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)``.
+        """``A_k^T`` of eq. (5) for every subspace, ``(B, K, m, N)``:
+        ``A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)``,
+        all subspaces in one product and one softmax over the contiguous
+        token axis (the scale on the ``m x p`` representatives, not on the
+        ``m x N`` similarities).
         """
         if not precision.float16_autocast(z):
-            return torch.cat([
-                torch.softmax((q_ini[:, i] * self.scale) @ z[:, i].mT,
-                              dim=-1) for i in range(self.num_heads)
-            ], dim=1)
+            return _SoftmaxOverOwnBuffer.apply((q_ini * self.scale) @ z.mT)
         # float16 autocast: the similarities reach 65504 (inf, then NaN
         # attention) for subspace coordinates of a few hundred, so they are
         # computed in float32, shifted by their row maximum (the softmax
@@ -208,13 +225,9 @@ class CBSA(SubspaceAttention):
         # pass stays float16 (without the stop-gradient the float32
         # coordinates are kept too). tests/test_mixed_precision.py
         with precision.autocast_off(z):
-            q32, z32 = q_ini.float() * self.scale, z.float()
-            parts = []
-            for i in range(self.num_heads):
-                logits = q32[:, i] @ z32[:, i].mT
-                shifted = logits - logits.detach().amax(-1, keepdim=True)
-                parts.append(torch.softmax(shifted.to(z.dtype), dim=-1))
-            return torch.cat(parts, dim=1)
+            logits = (q_ini.float() * self.scale) @ z.float().mT
+            shifted = logits - logits.detach().amax(-1, keepdim=True)
+            return _SoftmaxOverOwnBuffer.apply(shifted.to(z.dtype))
 
     def contract(self, q: torch.Tensor) -> torch.Tensor:
         """Contraction among the representatives ``(B, K, m, p)``, eq. (8):

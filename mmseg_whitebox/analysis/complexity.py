@@ -2,11 +2,11 @@
 
 mmengine's ``FlopAnalyzer`` (fvcore-style: one fused multiply-add counts as
 one flop) has no handles for ``aten::scaled_dot_product_attention`` and
-``aten::baddbmm``, which the white-box operators use, so it would silently
-count those products as free. :func:`flop_analyzer` adds both handles
-(attention: ``B*h*Lq*Lk*(E+Ev)`` multiply-adds, its two matrix products;
-``baddbmm``: the batched product, as ``bmm``) and otherwise leaves
-mmengine's counting as it is.
+``aten::baddbmm`` (or its in-place ``baddbmm_``), which the white-box
+operators use, so it would silently count those products as free.
+:func:`flop_analyzer` adds these handles (attention: ``B*h*Lq*Lk*(E+Ev)``
+multiply-adds, its two matrix products; ``baddbmm``: the batched product,
+as ``bmm``) and otherwise leaves mmengine's counting as it is.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def flop_analyzer(model: nn.Module, inputs: Tuple) -> FlopAnalyzer:
     analyzer.set_op_handle('aten::scaled_dot_product_attention',
                            sdpa_flop_jit)
     analyzer.set_op_handle('aten::baddbmm', baddbmm_flop_jit)
+    analyzer.set_op_handle('aten::baddbmm_', baddbmm_flop_jit)  # in place
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
     return analyzer

@@ -182,37 +182,43 @@ class CBSA(SubspaceAttention):
         ``(B, K, m, N)``: which tokens each representative gathers.
         """
         self.check_grid(x, hw, grid_start)
-        b, n, _ = x.shape
-        k, m = self.num_heads, self.num_representatives
+        k = self.num_heads
         z = self.project(x)  # U_k^T Z, (B, K, N, p)
         q_ini = self.initial_representatives(z, hw, grid_start)
-        # extraction, eq. (5):
+        # extraction, eq. (5), subspace by subspace (one full-width product
+        # each: a batched product over 3 subspaces leaves threads idle):
         #   U_k^T Q = U_k^T Q_ini + eta_k U_k^T Z A_k
-        attn_t = self.extraction_attention(q_ini, z)  # A_k^T, (B, K, m, N)
-        q = q_ini + self.eta * (attn_t @ z)
+        attn_t = [self.extraction_attention(q_ini[:, i], z[:, i])
+                  for i in range(k)]  # A_k^T, (B, m, N) each
+        extracted = torch.stack([a @ z[:, i] for i, a in enumerate(attn_t)],
+                                dim=1)
+        q = q_ini + self.eta * extracted
         contraction = self.contract(q)
         # broadcast, eq. (6): kappa_k (contraction_k) A_k^T, and back to R^d.
         # Associativity: each representative's contraction is taken back
-        # first, then every token gathers sum_k,m A_k[n, m] value_km, so no
-        # N x K*p intermediate is formed
+        # first, then every token gathers sum_k,m A_k[n, m] value_km,
+        # subspace by subspace into one (B, N, d) sum, so no N x K*p
+        # intermediate and no concatenated attention is formed
         values = self.back_per_subspace(self.kappa * contraction)  # B,K,m,d
-        values = values.reshape(b, k * m, self.dim)
-        gather = attn_t.view(b, k * m, n).transpose(1, 2)  # (B, N, K*m)
         if self.out_proj is None:
-            update = gather @ values
+            update = attn_t[0].mT @ values[:, 0]
         else:  # + the output bias
-            update = torch.baddbmm(self.out_proj.bias, gather, values)
+            update = torch.baddbmm(self.out_proj.bias, attn_t[0].mT,
+                                   values[:, 0])
+        for i in range(1, k):
+            update = update.baddbmm_(attn_t[i].mT, values[:, i])
         if return_attn:
-            return update, attn_t
+            return update, torch.stack(attn_t, dim=1)
         return update
 
     def extraction_attention(self, q_ini: torch.Tensor,
                              z: torch.Tensor) -> torch.Tensor:
-        """``A_k^T`` of eq. (5) for every subspace, ``(B, K, m, N)``:
-        ``A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)``,
-        all subspaces in one product and one softmax over the contiguous
-        token axis (the scale on the ``m x p`` representatives, not on the
-        ``m x N`` similarities).
+        """``A_k^T`` of eq. (5) for one subspace, ``(B, m, N)``, from its
+        representatives ``(B, m, p)`` and token coordinates ``(B, N, p)``:
+        ``A_k = softmax over tokens of (U_k^T Z)^T U_k^T Q_ini / sqrt(p)``
+        (the scale on the ``m x p`` representatives, not on the ``m x N``
+        similarities; the softmax over the contiguous token axis, written
+        over the similarities).
         """
         if not precision.float16_autocast(z):
             return _SoftmaxOverOwnBuffer.apply((q_ini * self.scale) @ z.mT)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import mmseg_whitebox  # noqa: F401
+from _helpers import DEMO_SEGMENTER
 
 if os.environ.get('PYTEST_XDIST_WORKER'):
     # one of several pytest workers (make test: one per core): one torch
@@ -52,3 +53,17 @@ def tiny_checkpoint(tiny_ade, tmp_path_factory):
         return cache[config]
 
     return get
+
+
+@pytest.fixture(scope='module')
+def weights(tmp_path_factory):
+    """Untrained weights of the demo Segmenter, as a checkpoint file."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    model = MODELS.build(Config.fromfile(DEMO_SEGMENTER).model)
+    path = tmp_path_factory.mktemp('weights') / 'segmenter.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
+    return str(path)

@@ -85,18 +85,6 @@ def assert_internal_error(proc, tool: str, error: str, folder,
     return text
 
 
-@pytest.fixture(scope='module')
-def weights(tmp_path_factory) -> str:
-    """Untrained weights of the demo Segmenter, as a checkpoint file."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-    init_default_scope('mmseg')
-    torch.manual_seed(0)
-    model = MODELS.build(Config.fromfile(DEMO_SEGMENTER).model)
-    path = tmp_path_factory.mktemp('weights') / 'segmenter.pth'
-    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
-    return str(path)
 
 
 def sweep_args(config: str, weights: str, out, data_root: str) -> list:

@@ -79,18 +79,6 @@ def image(tmp_path):
     return str(path)
 
 
-@pytest.fixture(scope='module')
-def weights(tmp_path_factory):
-    """Untrained weights of the demo Segmenter, as a checkpoint file."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-    init_default_scope('mmseg')
-    torch.manual_seed(0)
-    model = MODELS.build(Config.fromfile(DEMO_SEGMENTER).model)
-    path = tmp_path_factory.mktemp('weights') / 'segmenter.pth'
-    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
-    return str(path)
 
 
 def demo(image_path, checkpoint, *extra):

@@ -83,9 +83,9 @@ def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
 
 class _SoftmaxOverOwnBuffer(torch.autograd.Function):
     """``softmax(x, dim=-1)`` written over ``x``, a fresh product that
-    nothing else holds or needs: the similarities and the attention share
-    one ``(B, K, m, N)`` buffer instead of two. The gradient is softmax's,
-    which needs only the output."""
+    nothing else holds or needs: a subspace's similarities and its
+    attention share one ``(B, m, N)`` buffer instead of two. The gradient
+    is softmax's, which needs only the output."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore

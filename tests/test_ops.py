@@ -203,6 +203,27 @@ def test_cbsa_without_stop_gradient_as_the_released_code():
     torch.testing.assert_close(grad, torch.autograd.grad(ref.sum(), x)[0])
 
 
+def test_cbsa_softmax_is_written_over_its_similarities():
+    """The extraction attention reuses the buffer of its similarities (one
+    (B, m, N) tensor per subspace, not two), and its gradient is
+    torch.softmax's exactly (tolerance 0)."""
+    from mmseg_whitebox.ops.cbsa import _SoftmaxOverOwnBuffer
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 40, requires_grad=True)
+    logits = x * 3.0
+    attn = _SoftmaxOverOwnBuffer.apply(logits)
+    assert attn.data_ptr() == logits.data_ptr()
+    reference = torch.softmax(x * 3.0, dim=-1)
+    torch.testing.assert_close(attn, reference, rtol=0, atol=0)
+    grad = torch.randn(2, 5, 40)
+    ours = torch.autograd.grad(attn, x, grad)[0]
+    torch.testing.assert_close(
+        ours, torch.autograd.grad(reference, x, grad)[0], rtol=0, atol=0)
+    # sensitivity: a gradient without softmax's row-sum term differs
+    wrong = 3.0 * reference.detach() * grad
+    assert not torch.allclose(ours, wrong)
+
+
 # ------------------------------------------------ CBSA over q/k/v (Fig. 9)
 def qkv_cbsa_reference(op, Z, h, w, grid_start):
     """CBSA with query/key/value projections, tokens as columns (d x N),

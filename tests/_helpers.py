@@ -155,3 +155,12 @@ class StubRunner:
 
     def call_hook(self, name: str) -> None:
         pass
+
+
+def raised_by(action):
+    """The exception ``action()`` raises (the error is the result)."""
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError('nothing raised')

@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from _helpers import DEMO_SEGMENTER, REPO, run_tool, small_run_options
+from _helpers import (DEMO_SEGMENTER, REPO, raised_by, run_tool,
+                      small_run_options)
 from fault_plugin import FAULT
 from test_converters import timm_layout_weights
 
@@ -351,14 +352,6 @@ def test_lock_without_flock_reads_the_record(tmp_path, monkeypatch, capsys):
             assert not lock_file.exists()
 
 
-def _raised(action):
-    try:
-        action()
-    except Exception as exc:  # noqa: BLE001 (the error is the result)
-        return exc
-    raise AssertionError('nothing raised')
-
-
 def test_typeerror_is_a_users_only_when_built_from_the_config():
     """'unexpected keyword argument' is a misspelt config key when the
     registry's build of that class failed on a key of its config; the
@@ -368,7 +361,7 @@ def test_typeerror_is_a_users_only_when_built_from_the_config():
 
     from mmseg_whitebox.cli.errors import user_error_message
     init_default_scope('mmseg')
-    misspelt = _raised(lambda: MODELS.build(dict(type='CrossEntropyLoss',
+    misspelt = raised_by(lambda: MODELS.build(dict(type='CrossEntropyLoss',
                                                  use_sigmod=True)))
     assert user_error_message(misspelt) == (
         "CrossEntropyLoss does not take the setting 'use_sigmod'; did you "
@@ -379,7 +372,7 @@ def test_typeerror_is_a_users_only_when_built_from_the_config():
         def forward(self):
             return torch.nn.Dropout(pp=0.1)
 
-    bug = _raised(lambda: Head()())
+    bug = raised_by(lambda: Head()())
     assert re.fullmatch(r"\w+\.__init__\(\) got an unexpected keyword "
                         r"argument 'pp'", str(bug))  # as a config key's
     assert user_error_message(bug) is None
@@ -394,10 +387,10 @@ def test_opencv_errors_name_the_file_or_are_bugs(tmp_path):
         return cv2.cvtColor(np.zeros((0, 0, 3), np.uint8),
                             cv2.COLOR_BGR2RGB)
 
-    message = user_error_message(_raised(lambda: read(str(image))))
+    message = user_error_message(raised_by(lambda: read(str(image))))
     assert f"OpenCV could not cvtColor '{image}'" in message
     # the same error on an image in memory: no file to blame
-    assert user_error_message(_raised(lambda: cv2.cvtColor(
+    assert user_error_message(raised_by(lambda: cv2.cvtColor(
         np.zeros((0, 0, 3), np.uint8), cv2.COLOR_BGR2RGB))) is None
 
 
@@ -421,7 +414,7 @@ def test_report_of_a_bug_logs_its_traceback(tmp_path, monkeypatch, capsys):
         if folder:
             folder.mkdir()
             run_lock.note_output_folder(str(folder))
-        assert report('tool.py', _raised(buggy)) == 1
+        assert report('tool.py', raised_by(buggy)) == 1
         line = capsys.readouterr().err.strip()
         match = INTERNAL.match(line)
         assert match and match.group(2) == 'KeyError', line
@@ -430,7 +423,7 @@ def test_report_of_a_bug_logs_its_traceback(tmp_path, monkeypatch, capsys):
         text = open(log).read()
         assert 'Traceback' in text and 'in buggy' in text
     monkeypatch.setenv(DEBUG_ENV, '1')
-    assert report('tool.py', _raised(buggy)) == 1
+    assert report('tool.py', raised_by(buggy)) == 1
     err = capsys.readouterr().err
     log = re.search(r'the full traceback is in (\S+)$', err).group(1)
     assert 'Traceback' in err and osp.dirname(log) == str(tmp_path / 'run')

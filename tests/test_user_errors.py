@@ -16,7 +16,8 @@ import pytest
 import torch
 from PIL import Image
 
-from _helpers import DEMO_SEGMENTER, REPO, run_tool, small_run_options
+from _helpers import (DEMO_SEGMENTER, REPO, raised_by, run_tool,
+                      small_run_options)
 from test_converters import timm_layout_weights, write_augreg_arrays
 
 DEMO_CBSA = osp.join('configs', 'cbsa',
@@ -383,15 +384,7 @@ def test_only_user_errors_are_translated():
                 ZeroDivisionError('division by zero')):
         assert user_error_message(bug) is None, bug
     assert 'is not valid JSON' in user_error_message(
-        _raised(lambda: json.loads('{"a": 1')))
-
-
-def _raised(action):
-    try:
-        action()
-    except Exception as exc:  # noqa: BLE001 (the error is the result)
-        return exc
-    raise AssertionError('nothing raised')
+        raised_by(lambda: json.loads('{"a": 1')))
 
 
 def test_atomic_write_keeps_the_old_file_on_a_crash(tmp_path):

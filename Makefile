@@ -4,6 +4,7 @@
 #
 #   make demo     synthetic data -> train -> test -> infer (CPU, minutes)
 #   make test     the whole pytest suite (TEST_WORKERS=2 processes)
+#   make mmseg-tests  mmseg's own unit tests with this package imported
 #
 # STACK picks the OpenMMLab stack, each in its own venv with its own pins:
 #   STACK=default  mmsegmentation 1.2.2 / mmengine 0.10.7 / mmcv-lite 2.1
@@ -34,7 +35,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 EXTRAS := tests,deploy,corruptions
 
-.PHONY: install demo test clean-demo
+.PHONY: install demo test mmseg-tests clean-demo
 
 install: $(STAMP)
 
@@ -85,6 +86,11 @@ demo: $(STAMP)
 # thread each (tests/conftest.py); TEST_WORKERS=0 runs them in this process
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# mmseg's own unit tests (from the installed mmseg's source distribution)
+# with this package imported: importing it must never break mmseg
+mmseg-tests: $(STAMP)
+	$(PY) tests/upstream/run_mmseg_tests.py -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 clean-demo:
 	rm -rf work_dirs/demo data/synthetic-context

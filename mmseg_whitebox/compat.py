@@ -98,10 +98,16 @@ import torch
 #: functions: calling one raises the stand-in's error
 COMPILED_MMCV_FUNCTIONS = ('sigmoid_focal_loss', )
 #: ``nn.Module`` classes: real classes (``isinstance`` checks and
-#: subclassing work); creating an instance raises
+#: subclassing work); creating an instance raises. DeformConv2dPack is
+#: imported by mmsegmentation 1.2.2's own unit tests
+#: (tests/test_models/test_backbones/test_resnet.py), which must still run
+#: with this package imported (``make mmseg-tests``)
 COMPILED_MMCV_CLASSES = ('CrissCrossAttention', 'PSAMask')
+#: classes mmseg's own unit tests import (not its package)
+COMPILED_MMCV_TEST_CLASSES = ('DeformConv2dPack', )
 #: every compiled op the stand-in provides
-COMPILED_MMCV_OPS = COMPILED_MMCV_FUNCTIONS + COMPILED_MMCV_CLASSES
+COMPILED_MMCV_OPS = (COMPILED_MMCV_FUNCTIONS + COMPILED_MMCV_CLASSES +
+                     COMPILED_MMCV_TEST_CLASSES)
 
 #: how to convert a checkpoint that is refused on load (see
 #: ``tools/model_converters/weights_only.py``)
@@ -283,7 +289,7 @@ def patch_mmcv_ops() -> bool:
     ops.point_sample = point_sample
     for name in COMPILED_MMCV_FUNCTIONS:
         setattr(ops, name, _raise_missing(f'mmcv.ops.{name}', _MMCV_OPS_HOW))
-    for name in COMPILED_MMCV_CLASSES:
+    for name in COMPILED_MMCV_CLASSES + COMPILED_MMCV_TEST_CLASSES:
         setattr(ops, name, _missing_op_class(name))
     ops.__all__ = ['point_sample'] + list(COMPILED_MMCV_OPS)
     return True

@@ -20,7 +20,11 @@ says which fault, as ``<name>`` or ``<name>:<argument>``:
 * ``gate:<folder>``: computing the test metrics first creates
   ``<folder>/ready``, then waits until ``<folder>/go`` exists;
 * ``kill-save:<n>``: the ``n``-th checkpoint file written is cut off
-  half-way, and the process killed (``SIGKILL``) right then.
+  half-way, and the process killed (``SIGKILL``) right then;
+* ``kill-last-checkpoint:<n>``: the process is killed right after the
+  ``n``-th opening for writing of a file named like ``last_checkpoint``
+  (mmengine's name for the latest checkpoint; a temporary file of that
+  name too) has emptied it.
 """
 import builtins
 import os
@@ -119,6 +123,21 @@ def _kill_save(count: int) -> None:
     LocalBackend.put = put_and_die
 
 
+def _kill_last_checkpoint(count: int) -> None:
+    open_file = builtins.open
+    opened = []
+
+    def open_and_die(file, mode='r', *args, **kwargs):
+        handle = open_file(file, mode, *args, **kwargs)
+        if 'w' in mode and 'last_checkpoint' in osp.basename(str(file)):
+            opened.append(file)
+            if len(opened) == count:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return handle
+
+    builtins.open = open_and_die
+
+
 def install() -> None:
     """Put the fault :data:`FAULT` names in place."""
     name, _, argument = os.environ.get(FAULT, '').partition(':')
@@ -130,6 +149,7 @@ def install() -> None:
         'parity': lambda: _parity(),
         'gate': lambda: _gate(argument),
         'kill-save': lambda: _kill_save(int(argument)),
+        'kill-last-checkpoint': lambda: _kill_last_checkpoint(int(argument)),
     }
     if name:
         faults[name]()

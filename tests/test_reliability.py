@@ -250,6 +250,38 @@ def test_save_killed_half_way_keeps_the_previous_checkpoint(tiny_ade,
     assert not [n for n in os.listdir(work) if n.startswith('.')]
 
 
+def test_killed_while_naming_the_new_checkpoint_resumes_from_it(tiny_ade,
+                                                              tmp_path):
+    """Killed right after ``last_checkpoint`` was opened for writing (and
+    emptied) on the second save (tests/fault_plugin.py): mmengine's
+    ``open(last_checkpoint, 'w')`` goes to a temporary file, so
+    ``last_checkpoint`` still names iter_1.pth, which is still there (it is
+    removed only once the save has ended), and ``--resume`` goes on from
+    it."""
+    work = tmp_path / 'work'
+    config = fault_config(tmp_path)
+    options = ('default_hooks.checkpoint.interval=1',
+               'train_cfg.val_interval=100')
+    proc = run_tool(train_args(config, work, tiny_ade, *options),
+                    check=False,
+                    env=fault_env(tmp_path, 'kill-last-checkpoint:2'))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    first = work / 'iter_1.pth'
+    assert (work / 'last_checkpoint').read_text() == str(first)
+    assert first.exists() and (work / 'iter_2.pth').exists()
+
+    cut = [n for n in os.listdir(work) if n.startswith('.last_checkpoint')]
+    assert len(cut) == 1  # the temporary file, emptied
+
+    proc = run_tool(train_args(config, work, tiny_ade, *options) +
+                    ['--resume'], env=fault_env(tmp_path))
+    assert f'note: removing {work / cut[0]}' in proc.stderr
+    assert f'resumed from the latest checkpoint {first}' in \
+        proc.stdout + proc.stderr
+    assert (work / 'last_checkpoint').read_text() == str(work / 'iter_2.pth')
+    assert not [n for n in os.listdir(work) if n.startswith('.')]
+
+
 def test_failed_parity_check_keeps_the_graph_aside(weights, tmp_path):
     """The model changed after the export (tests/fault_plugin.py): the
     graph disagrees, is kept as <stem>.failed.onnx, --out is not written,

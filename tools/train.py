@@ -16,7 +16,8 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import add_common_args, load_config, run_tool
 from mmseg_whitebox.cli.run_checks import (check_param_schedulers,
                                            num_classes_problem)
-from mmseg_whitebox.engine.hooks import NonFiniteCounter, ResumeCheckHook
+from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
+                                         ResumeCheckHook)
 from mmseg_whitebox.utils.amp import AMP_DTYPES, amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
 from mmseg_whitebox.utils.input_checks import (check_data_roots,
@@ -85,9 +86,10 @@ def main(argv=None) -> None:
     check_work_dir(cfg.work_dir)
     # one training run per work dir, from here to the end (a crash too)
     with lock_folder(cfg.work_dir, '--work-dir'):
-        for path in stale_temporaries(cfg.work_dir, '.pth'):
-            print(f'note: removing {path}, a checkpoint whose save was cut '
-                  'off', file=sys.stderr)
+        for path in stale_temporaries(cfg.work_dir, '.pth') + \
+                stale_temporaries(cfg.work_dir, '', LAST_CHECKPOINT):
+            print(f'note: removing {path}, a checkpoint file whose write '
+                  'was cut off', file=sys.stderr)
             os.remove(path)
         counter = train(cfg, args.resume)
     if counter.summary():  # of the last validation, repeated at the end

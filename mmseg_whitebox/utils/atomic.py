@@ -16,7 +16,7 @@ import os
 import os.path as osp
 import re
 import tempfile
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from mmseg_whitebox.utils.tool_error import BadFileError, OverwriteError
 
@@ -47,12 +47,16 @@ def atomic_path(path: str) -> Iterator[str]:
         raise
 
 
-def stale_temporaries(folder: str, suffix: str) -> List[str]:
+def stale_temporaries(folder: str, suffix: str,
+                      name: Optional[str] = None) -> List[str]:
     """The temporary files :func:`atomic_path` left in ``folder`` for
     targets ending in ``suffix`` (``.<name>.<8 random characters><suffix>``:
-    a write killed before its end). Only a process that knows no other
-    writes there (it holds the folder's lock) may remove them."""
-    pattern = re.compile(r'\..+\.[a-z0-9_]{8}' + re.escape(suffix) + '$')
+    a write killed before its end), of the target named ``name`` (without
+    its suffix) if given. Only a process that knows no other writes there
+    (it holds the folder's lock) may remove them."""
+    stem = '.+' if name is None else re.escape(name)
+    pattern = re.compile(r'\.' + stem + r'\.[a-z0-9_]{8}' + re.escape(suffix)
+                         + '$')
     if not osp.isdir(folder):
         return []
     return sorted(osp.join(folder, name) for name in os.listdir(folder)

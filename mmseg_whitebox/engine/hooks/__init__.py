@@ -1,11 +1,12 @@
-from .atomic_checkpoint_hook import AtomicCheckpointHook
+from .atomic_checkpoint_hook import LAST_CHECKPOINT, AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
 from .non_finite_counter import NonFiniteCounter, count_nonfinite
 from .rng_state_hook import RNGStateCheckpointHook
 from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
 __all__ = [
-    'AtomicCheckpointHook', 'CheckpointCheckHook', 'NonFiniteCounter',
+    'LAST_CHECKPOINT', 'AtomicCheckpointHook', 'CheckpointCheckHook',
+    'NonFiniteCounter',
     'RNGStateCheckpointHook', 'ResumeCheckHook', 'WeightsOnlyCheckpointHook',
     'count_nonfinite'
 ]

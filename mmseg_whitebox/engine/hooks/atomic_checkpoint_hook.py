@@ -11,18 +11,23 @@ all, while ``last_checkpoint`` names one that is gone.
 written to a temporary name in the same folder and renamed once complete
 (the :data:`ATOMIC_BACKEND` file backend), and older checkpoints are
 removed only after the new one and ``last_checkpoint`` (which mmengine
-writes after the save returns) are in place. A killed save leaves the
-previous checkpoint, still named by ``last_checkpoint``.
+writes after the save returns) are in place. ``last_checkpoint`` itself,
+which mmengine writes with ``open(path, 'w')`` (emptying it first), is
+written through a temporary file too. A killed save leaves the previous
+checkpoint, still named by ``last_checkpoint``.
 :func:`~mmseg_whitebox.apis.runner_config.runner_config` puts it in
 place of mmengine's hook.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
+import os.path as osp
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.hooks import CheckpointHook
+from mmengine.hooks import checkpoint_hook as mmengine_checkpoint_hook
 from mmseg.registry import HOOKS
 
 from mmseg_whitebox.utils.atomic import atomic_path
@@ -88,6 +93,42 @@ class _DeferredRemoval:
             self._pending.append((remove, path))
 
 
+#: the file mmengine names the latest checkpoint in (in the work dir)
+LAST_CHECKPOINT = 'last_checkpoint'
+
+
+@contextlib.contextmanager
+def _text_written_atomically(path: str) -> Iterator[Any]:
+    with atomic_path(path) as tmp, builtins.open(tmp, 'w') as file:
+        yield file
+
+
+def _open_last_checkpoint_atomically(file: Any, mode: str = 'r', *args: Any,
+                                     **kwargs: Any) -> Any:
+    """``open`` for mmengine's checkpoint hook module: its ``open(
+    last_checkpoint, 'w')`` writes through a temporary file."""
+    if mode == 'w' and not args and not kwargs and \
+            osp.basename(str(file)) == LAST_CHECKPOINT:
+        return _text_written_atomically(str(file))
+    return builtins.open(file, mode, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _atomic_last_checkpoint() -> Iterator[None]:
+    """Within the block, mmengine's checkpoint hook module writes
+    ``last_checkpoint`` atomically (its name ``open`` resolves to
+    :func:`_open_last_checkpoint_atomically` before the builtin)."""
+    module = mmengine_checkpoint_hook
+    if 'open' in vars(module):  # an enclosing block put it there
+        yield
+        return
+    module.open = _open_last_checkpoint_atomically
+    try:
+        yield
+    finally:
+        del module.open
+
+
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
     """mmengine's ``CheckpointHook`` (same arguments) that never leaves a
@@ -108,7 +149,7 @@ class AtomicCheckpointHook(CheckpointHook):
 
     def _save_checkpoint_with_step(self, runner: Any, step: int,
                                    meta: dict) -> None:
-        with self.file_backend.deferring():
+        with self.file_backend.deferring(), _atomic_last_checkpoint():
             super()._save_checkpoint_with_step(runner, step, meta)
 
     def _save_best_checkpoint(self, runner: Any, metrics: dict) -> None:

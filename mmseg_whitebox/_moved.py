@@ -23,7 +23,8 @@ P = 'mmseg_whitebox'
 MODULES: Dict[str, str] = {
     f'{P}.utils.cli': f'{P}.cli',
     f'{P}.utils.errors': f'{P}.cli.errors',
-    f'{P}.utils.run_checks': f'{P}.cli.run_checks',
+    f'{P}.utils.run_checks': f'{P}.apis.run_checks',
+    f'{P}.cli.run_checks': f'{P}.apis.run_checks',
     f'{P}.utils.model_index': f'{P}.apis.model_index',
     f'{P}.utils.demo_models': f'{P}.apis.demo_models',
     f'{P}.utils.state_dicts': f'{P}.converters.state_dicts',
@@ -47,10 +48,10 @@ NAMES: Dict[Tuple[str, str], str] = {
     (f'{P}.cli', 'check_checkpoint'): f'{P}.utils.input_checks',
     (f'{P}.cli', 'check_data_roots'): f'{P}.utils.input_checks',
     (f'{P}.cli', 'dataset_configs'): f'{P}.utils.input_checks',
-    (f'{P}.cli.run_checks', 'check_work_dir'): f'{P}.utils.input_checks',
-    (f'{P}.cli.run_checks', 'reported_errors'): f'{P}.utils.input_checks',
-    (f'{P}.cli.run_checks', 'pretrained_urls'): f'{P}.utils.input_checks',
-    (f'{P}.cli.run_checks', 'download_error_message'):
+    (f'{P}.apis.run_checks', 'check_work_dir'): f'{P}.utils.input_checks',
+    (f'{P}.apis.run_checks', 'reported_errors'): f'{P}.utils.input_checks',
+    (f'{P}.apis.run_checks', 'pretrained_urls'): f'{P}.utils.input_checks',
+    (f'{P}.apis.run_checks', 'download_error_message'):
     f'{P}.utils.input_checks',
     (f'{P}.analysis.benchmark', 'peak_memory'): f'{P}.analysis.memory',
     (f'{P}.analysis.benchmark', 'cpu_peak_supported'): f'{P}.analysis.memory',

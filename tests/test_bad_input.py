@@ -17,8 +17,8 @@ from mmengine.registry import init_default_scope
 from PIL import Image
 
 from mmseg_whitebox.apis.demo_models import data_options
-from mmseg_whitebox.cli.run_checks import (check_param_schedulers, check_tta,
-                                           num_classes_problem)
+from mmseg_whitebox.apis.run_checks import (check_param_schedulers,
+                                            check_tta, num_classes_problem)
 from mmseg_whitebox.datasets.checks import (DatasetCheckError,
                                             checked_seg_dataset)
 from mmseg_whitebox.engine.hooks import NonFiniteCounter

@@ -1,6 +1,5 @@
 """The command-line layer under ``tools/``: the options the tools share,
-their Runner configs, the checks made before a run starts, and how a
-failure is reported (a user's mistake as one line and exit status 2,
+their Runner configs, and how a failure is reported (a user's mistake as one line and exit status 2,
 anything else as a bug: exit status 1, its traceback in a log file)."""
 from mmseg_whitebox.apis.runner_config import (HOOK_TYPE, drop_training,
                                                ensure_weights_only_checkpoints)
@@ -9,8 +8,8 @@ from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
 from .configs import load_config
 from .options import (CfgOptionsAction, add_cfg_options_arg,
                       add_checkpoint_check_args, add_common_args,
-                      add_dataclass_args, checkpoint_check_hook,
-                      options_from_args, tool_parser)
+                      add_dataclass_args, options_from_args,
+                      tool_parser)
 from .runner import (INTERRUPTED, end_process_group, exit_distributed_worker,
                      resumable, run_tool)
 
@@ -19,7 +18,7 @@ __all__ = [
     'INTERRUPTED', 'ToolError',
     'add_cfg_options_arg', 'add_checkpoint_check_args', 'add_common_args',
     'add_dataclass_args', 'options_from_args',
-    'checkpoint_check_hook', 'drop_training', 'end_process_group',
+    'drop_training', 'end_process_group',
     'ensure_weights_only_checkpoints', 'exit_distributed_worker',
     'load_config', 'resumable', 'run_tool', 'tool_parser'
 ]

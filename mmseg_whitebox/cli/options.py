@@ -13,8 +13,6 @@ from typing import Any, Iterable, Optional, Tuple, Type, TypeVar
 
 from mmengine.config import DictAction
 
-from mmseg_whitebox.engine.hooks import CheckpointCheckHook
-
 
 class CfgOptionsAction(DictAction):
     """mmengine's ``DictAction`` that refuses an item without ``=`` as an
@@ -59,7 +57,8 @@ def add_checkpoint_check_args(parser: argparse.ArgumentParser,
                               verb: str = 'evaluate') -> None:
     """``--allow-partial-checkpoint`` and ``--allow-nonfinite-weights``: the
     checkpoint problems a tool refuses unless told (see
-    :func:`checkpoint_check_hook`); ``verb``: what the tool does with it."""
+    :class:`~mmseg_whitebox.engine.hooks.CheckpointCheckHook`); ``verb``:
+    what the tool does with it."""
     parser.add_argument(
         '--allow-partial-checkpoint', action='store_true',
         help='load a checkpoint whose keys or shapes do not all match the '
@@ -68,12 +67,6 @@ def add_checkpoint_check_args(parser: argparse.ArgumentParser,
         '--allow-nonfinite-weights', action='store_true',
         help=f'{verb} a checkpoint with NaN/Inf weights instead of refusing '
         'it')
-
-
-def checkpoint_check_hook(args: argparse.Namespace) -> Any:
-    """The Runner hook that checks the loaded checkpoint as the options of
-    :func:`add_checkpoint_check_args` say."""
-    return CheckpointCheckHook.from_options(args)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,112 @@
+"""Testing as ``tools/test.py`` tests, callable from Python.
+
+:func:`evaluate_checkpoint` is the whole tool after its arguments are
+parsed: the checkpoint checked before anything is built (a file that is
+not a checkpoint, one of another model or with NaN/Inf weights is
+refused unless allowed), the config's test loop and metric run by
+mmengine's Runner, predictions painted or saved on request, and the
+images whose input or prediction is not finite counted and reported.
+"""
+from __future__ import annotations
+
+import os.path as osp
+import sys
+from typing import Any, Dict, Optional
+
+from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
+from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
+                                                    check_checkpoint_file)
+from mmseg_whitebox.utils.input_checks import (check_checkpoint,
+                                               check_data_roots,
+                                               check_work_dir,
+                                               check_writable_folder,
+                                               reported_errors)
+from mmseg_whitebox.utils.tool_error import ToolError
+from .run_checks import check_tta, num_classes_problem
+from .runner_config import drop_training
+
+
+def evaluate_checkpoint(cfg: Any,
+                        checkpoint: str,
+                        out: Optional[str] = None,
+                        show: bool = False,
+                        show_dir: Optional[str] = None,
+                        wait_time: float = 2.0,
+                        tta: bool = False,
+                        allow_partial_checkpoint: bool = False,
+                        allow_nonfinite_weights: bool = False
+                        ) -> Dict[str, float]:
+    """Test ``checkpoint`` with the test loop and metric of ``cfg`` (an
+    mmengine ``Config`` with its ``work_dir`` set), as ``tools/test.py``
+    does; returns the metrics. ``out``: a folder for the predictions as
+    PNG label maps; ``show`` / ``show_dir``: paint the predictions on
+    screen (every ``wait_time`` s) or into ``show_dir`` (relative to the
+    work dir); ``tta``: the config's test-time augmentation;
+    ``allow_*``: load a checkpoint that does not fit the model, or holds
+    NaN/Inf weights, instead of refusing it. Warnings (a one-class head,
+    non-finite images) go to stderr, before and again after mmengine's
+    output.
+
+    Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for an
+    input that cannot be tested, before the Runner is built.
+    """
+    if out is not None:  # before any work, as the other tools
+        check_writable_folder(out, '--out')
+    check_checkpoint(checkpoint)
+    try:
+        check_checkpoint_file(checkpoint)
+    except CheckpointError as exc:
+        raise ToolError(str(exc)) from exc
+    check_work_dir(cfg.work_dir)
+    if show_dir:
+        check_writable_folder(osp.join(cfg.work_dir, show_dir),
+                              '--show-dir')
+    cfg.load_from = checkpoint
+    if show or show_dir:
+        _enable_visualization(cfg, show, show_dir, wait_time)
+    if tta:
+        check_tta(cfg)
+        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+        cfg.tta_model.module = cfg.model
+        cfg.model = cfg.tta_model
+    if out is not None:
+        cfg.test_evaluator['output_dir'] = out
+        cfg.test_evaluator['keep_results'] = True
+    drop_training(cfg)
+    check_data_roots(cfg, ('test_dataloader', ))
+
+    warnings = [w for w in (num_classes_problem(cfg), ) if w]
+    for warning in warnings:
+        print(f'WARNING: {warning}', file=sys.stderr)
+
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(CheckpointCheckHook(
+        allow_partial_checkpoint, allow_nonfinite_weights,
+        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+    counter = NonFiniteCounter()
+    runner.register_hook(counter)
+    with reported_errors(cfg):
+        metrics = runner.test()
+    warnings += [w for w in (counter.summary(), ) if w]
+    for warning in warnings:  # last, after mmengine's own output
+        print(f'WARNING: {warning}', file=sys.stderr)
+    return metrics
+
+
+def _enable_visualization(cfg: Any, show: bool, show_dir: Optional[str],
+                          wait_time: float) -> None:
+    hooks = cfg.default_hooks
+    if 'visualization' not in hooks:
+        raise ToolError('--show/--show-dir need a visualization hook in '
+                        "default_hooks: visualization=dict(type="
+                        "'SegVisualizationHook')")
+    hooks.visualization.draw = True
+    # every test image unless the config asks for fewer (mmseg's hook
+    # defaults to every 50th)
+    hooks.visualization.setdefault('interval', 1)
+    if show:
+        hooks.visualization.show = True
+        hooks.visualization.wait_time = wait_time
+    if show_dir:
+        cfg.visualizer.save_dir = osp.join(cfg.work_dir, show_dir)

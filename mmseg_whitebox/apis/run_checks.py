@@ -1,10 +1,10 @@
-"""Checks :func:`~.training.train_model` and :func:`~.testing.test_model`
-(and so the training and test tools) run on a config before the Runner
-starts.
+"""Checks :func:`~.training.train_model` and
+:func:`~.evaluation.evaluate_checkpoint` (and so the training and test
+tools) run on a config before the Runner starts.
 
 Each check raises :class:`~mmseg_whitebox.utils.tool_error.ToolError`
-(printed by a tool as ``<tool>: error: ...``, exit status 2), so a problem that
-mmengine would report minutes later, or as a bare ``NotADirectoryError``,
+(printed by a tool as ``<tool>: error: ...``, exit status 2), so a problem
+that mmengine would report minutes later, or as a bare ``NotADirectoryError``,
 ``URLError`` or ``end should be larger than begin``, is reported first.
 """
 from __future__ import annotations

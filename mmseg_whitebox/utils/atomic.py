@@ -48,13 +48,13 @@ def atomic_path(path: str) -> Iterator[str]:
 
 
 def stale_temporaries(folder: str, suffix: str,
-                      name: Optional[str] = None) -> List[str]:
+                      target: Optional[str] = None) -> List[str]:
     """The temporary files :func:`atomic_path` left in ``folder`` for
     targets ending in ``suffix`` (``.<name>.<8 random characters><suffix>``:
-    a write killed before its end), of the target named ``name`` (without
-    its suffix) if given. Only a process that knows no other writes there
-    (it holds the folder's lock) may remove them."""
-    stem = '.+' if name is None else re.escape(name)
+    a write killed before its end), of the target named ``target``
+    (without its suffix) if given. Only a process that knows no other
+    writes there (it holds the folder's lock) may remove them."""
+    stem = '.+' if target is None else re.escape(target)
     pattern = re.compile(r'\.' + stem + r'\.[a-z0-9_]{8}' + re.escape(suffix)
                          + '$')
     if not osp.isdir(folder):

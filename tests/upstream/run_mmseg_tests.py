@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import os.path as osp
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -47,7 +48,6 @@ def source_distribution(dist: str, version: str) -> str:
 
 def unpack_tests(archive: str, root: str) -> None:
     """``tests/`` of ``archive`` into ``root`` (replacing an earlier copy)."""
-    import shutil
     shutil.rmtree(osp.join(root, 'tests'), ignore_errors=True)
     os.makedirs(root, exist_ok=True)
     with tarfile.open(archive) as tar:

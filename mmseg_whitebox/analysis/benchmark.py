@@ -221,6 +221,18 @@ def check_measurement_args(parser: argparse.ArgumentParser,
         parser.error('--repeats must be >= 1 and --warmup >= 0')
 
 
+def project_configs() -> str:
+    """The project's ``configs/`` folder (the checkout's, or the one a
+    wheel carries), where the benchmarks find their models' configs."""
+    from mmseg_whitebox.apis.model_index import resources_root
+    root = resources_root()
+    if root is None:
+        raise MissingInputError(
+            "this installation has no configs/ folder (neither a checkout's "
+            "nor a wheel's): reinstall the package, or give config_root")
+    return osp.join(root, 'configs')
+
+
 def prepare_run(device_name: str, threads: Optional[int],
                 memory_limit_gb: Optional[float]
                 ) -> Tuple[torch.device, Optional[int]]:

@@ -18,18 +18,20 @@ with the largest output difference.
 """
 from __future__ import annotations
 
+import os
 import os.path as osp
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import Benchmark, BenchmarkOptions, new_row
+from .benchmark import (Benchmark, BenchmarkOptions, machine, machine_line,
+                        measure_sizes, new_row, prepare_run, project_configs)
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
-from .report import Baseline
+from .report import Baseline, slopes, write_report
 from .timing import backward_call, inference_call
 
 # head name -> config (relative to configs/, {size} = t|s|b|l: the ViT)
@@ -193,3 +195,38 @@ BENCHMARK = Benchmark(
     remedy='choose another encoder or leave this head out',
     notes=straightforward_note)
 
+
+# ------------------------------------------------------------------- a run
+def run_decoder_benchmark(out: str,
+                          heads: Sequence[str],
+                          sizes: Sequence[Tuple[int, int]],
+                          encoder: str = 's',
+                          options: Optional[BenchmarkOptions] = None,
+                          device: str = 'cpu',
+                          threads: Optional[int] = None,
+                          memory_limit_gb: Optional[float] = None,
+                          config_root: Optional[str] = None) -> Dict:
+    """What ``tools/analysis_tools/benchmark_decoders.py`` does: ``heads``
+    (names of :data:`HEAD_CONFIGS`) on ViT-``encoder`` features at every
+    image size of ``sizes``, written to ``out`` (``benchmark.json``,
+    ``.md``, ``.png``). Returns the report: the machine, ``results`` (a
+    row per head and size, with the ratios) and ``slopes`` (fitted
+    exponents of cost against tokens)."""
+    options = options or BenchmarkOptions()
+    torch_device, memory_limit = prepare_run(device, threads,
+                                             memory_limit_gb)
+    built, info = build_heads(list(heads), encoder, torch_device,
+                              options.seed, config_root or project_configs())
+    os.makedirs(out, exist_ok=True)
+    facts = machine(torch_device)
+    print(machine_line(facts, f'ViT-{encoder} features', options.amp))
+    history: Dict[str, List[Dict]] = {}
+    rows = measure_sizes(sizes, lambda size: measure_size(
+        built, info, size, options, torch_device, history, memory_limit))
+    BENCHMARK.add_ratios(rows)
+    fits = slopes(rows)
+    report = dict(machine=facts, encoder=encoder, amp=options.amp,
+                  heads=info, results=rows, slopes=fits)
+    write_report(out, report, BENCHMARK.markdown_table(rows),
+                 f'decoders on ViT-{encoder} features')
+    return report

@@ -12,17 +12,19 @@ of the same size, measured and reported as the other benchmarks
 """
 from __future__ import annotations
 
+import os
 from functools import partial
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
-from .benchmark import (Benchmark, BenchmarkOptions, build_models,
-                        new_row)
+from .benchmark import (Benchmark, BenchmarkOptions, build_models, machine,
+                        machine_line, measure_sizes, new_row, prepare_run,
+                        project_configs)
 from .complexity import flop_analyzer
 from .memory import peak_memory, skipped
-from .report import Baseline, describe_row
+from .report import Baseline, describe_row, slopes, write_report
 from .timing import backward_call, inference_call
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
@@ -127,3 +129,47 @@ BENCHMARK = Benchmark(
     describe=partial(describe_row, fwd='enc_fwd_ms', train='enc_train_ms',
                      mem='enc_mem_fwd'))
 
+
+# ------------------------------------------------------------------- a run
+#: the figures whose slope against tokens a run fits
+SLOPE_KEYS = ('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd')
+
+
+def run_encoder_benchmark(out: str,
+                          encoders: Sequence[str],
+                          sizes: Sequence[Tuple[int, int]],
+                          size: str = 's',
+                          flops_sizes: Sequence[Tuple[int, int]] = (
+                              (512, 512), ),
+                          options: Optional[BenchmarkOptions] = None,
+                          device: str = 'cpu',
+                          threads: Optional[int] = None,
+                          memory_limit_gb: Optional[float] = None,
+                          config_root: Optional[str] = None) -> Dict:
+    """What ``tools/analysis_tools/benchmark_encoders.py`` does: the
+    ``encoders`` (names of :data:`ENCODER_CONFIGS`) of model ``size`` at
+    every image size of ``sizes`` (FLOPs at ``flops_sizes``), written to
+    ``out`` (``benchmark.json``, ``.md``, ``.png``). Returns the report:
+    the machine, ``results`` (a row per encoder and size, with the ratios
+    to ViT) and ``slopes``."""
+    options = options or BenchmarkOptions()
+    torch_device, memory_limit = prepare_run(device, threads,
+                                             memory_limit_gb)
+    models = build_segmentors(list(encoders), size, torch_device,
+                              options.seed, config_root or project_configs())
+    os.makedirs(out, exist_ok=True)
+    facts = machine(torch_device)
+    print(machine_line(facts, f'size {size.upper()}', options.amp))
+    history: Dict[str, List[Dict]] = {}
+    rows = measure_sizes(sizes, lambda image_size: measure_size(
+        models, image_size, options, torch_device, history, memory_limit,
+        image_size in flops_sizes))
+    BENCHMARK.add_ratios(rows)
+    fits = slopes(rows, SLOPE_KEYS)
+    report = dict(machine=facts, size=size, amp=options.amp, results=rows,
+                  slopes=fits)
+    write_report(out, report, BENCHMARK.markdown_table(rows),
+                 f'encoders ({size.upper()})',
+                 latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
+                 memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
+    return report

@@ -18,15 +18,19 @@ rise of the resident-set high-water mark on a CPU
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+import os
+import os.path as osp
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
-from .benchmark import (Benchmark, BenchmarkOptions, build_models,
-                        new_row)
+from mmseg_whitebox.utils.atomic import write_json
+from .benchmark import (Benchmark, BenchmarkOptions, build_models, machine,
+                        machine_line, measure_sizes, new_row, prepare_run,
+                        project_configs)
 from .memory import peak_memory, skipped
-from .report import Baseline
+from .report import Baseline, slopes, write_report
 from .timing import autocast
 
 # model name -> config (relative to configs/, {size} = t|s|b)
@@ -170,3 +174,60 @@ BENCHMARK = Benchmark(
     what='model {name!r} of size {size!r}',
     remedy='choose another size or leave that model out', describe=describe)
 
+
+# ------------------------------------------------------------------- a run
+def run_train_step_benchmark(out: str,
+                             models: Sequence[str],
+                             sizes: Sequence[Tuple[int, int]],
+                             size: str = 's',
+                             batch: int = 2,
+                             with_cp: bool = False,
+                             banded_loss: Optional[int] = None,
+                             options: Optional[BenchmarkOptions] = None,
+                             device: str = 'cpu',
+                             threads: Optional[int] = None,
+                             memory_limit_gb: Optional[float] = None,
+                             config_root: Optional[str] = None) -> Dict:
+    """What ``tools/analysis_tools/benchmark_train_step.py`` does: one
+    training step of ``models`` (names of :data:`TRAIN_CONFIGS`) of model
+    ``size``, ``batch`` crops of every size of ``sizes``, written to
+    ``out`` (``benchmark.json`` after every size, so that a run killed for
+    memory keeps what it measured; then ``.md`` and ``.png``).
+    ``with_cp``: activation checkpointing in the encoder; ``banded_loss``:
+    also every model with the decode loss in bands of that many rows.
+    Returns the report: the set-up, ``results`` (a row per model and
+    size, with the ratios) and ``slopes``."""
+    options = options or BenchmarkOptions()
+    torch_device, memory_limit = prepare_run(device, threads,
+                                             memory_limit_gb)
+    built = build_trainable(list(models), size, torch_device, options.seed,
+                            config_root or project_configs(), with_cp,
+                            banded_loss)
+    os.makedirs(out, exist_ok=True)
+    facts = machine(torch_device)
+    print(machine_line(
+        facts, f'size {size.upper()}, batch {batch}'
+        + (', with_cp' if with_cp else '')
+        + (f', banded loss {banded_loss} rows' if banded_loss else ''),
+        options.amp))
+    setup = dict(machine=facts, size=size, batch=batch, with_cp=with_cp,
+                 banded_loss=banded_loss, amp=options.amp)
+    history: Dict[str, List[Dict]] = {}
+    done: List[Dict] = []
+
+    def measure(crop):
+        rows = measure_size(built, crop, batch, options, torch_device,
+                            history, memory_limit)
+        done.extend(rows)  # kept if a larger size exhausts the memory
+        write_json(osp.join(out, 'benchmark.json'),
+                   dict(setup, results=done, partial=True))
+        return rows
+
+    rows = measure_sizes(sizes, measure)
+    BENCHMARK.add_ratios(rows)
+    fits = slopes(rows, ('step_ms', 'mem_step'))
+    report = dict(setup, results=rows, slopes=fits)
+    write_report(out, report, BENCHMARK.markdown_table(rows),
+                 f'training step ({size.upper()}, batch {batch})',
+                 latency=('step_ms', ), memory=('mem_step', ))
+    return report

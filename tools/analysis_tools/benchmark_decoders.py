@@ -24,19 +24,13 @@ slopes) to --out. The last measurements are in docs/benchmarks.md
 docs/notes/benchmark-targets.md.
 """
 import argparse
-import os
-import os.path as osp
 from typing import Dict, List
-
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import decoder_benchmark as bench
-from mmseg_whitebox.analysis.report import slopes, write_report
 from mmseg_whitebox.cli import run_tool, tool_parser
 
-CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))), 'configs')
 DEFAULT_SIZES = ('512', '768', '1024', '1536', '2048', '512x1024')
 
 
@@ -80,28 +74,14 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
-    device, memory_limit = common.prepare_run(
+    report = bench.run_decoder_benchmark(
+        args.out, args.heads, args.sizes, args.encoder,
+        common.BenchmarkOptions(
+            repeats=args.repeats, warmup=args.warmup,
+            max_seconds=args.max_seconds, backward=not args.no_backward,
+            flops=not args.no_flops, amp=args.amp, seed=args.seed),
         args.device, args.threads, args.memory_limit_gb)
-    heads, info = bench.build_heads(args.heads, args.encoder, device,
-                                    args.seed, CONFIG_ROOT)
-    os.makedirs(args.out, exist_ok=True)
-    options = common.BenchmarkOptions(
-        repeats=args.repeats, warmup=args.warmup,
-        max_seconds=args.max_seconds, backward=not args.no_backward,
-        flops=not args.no_flops, amp=args.amp, seed=args.seed)
-    facts = common.machine(device)
-    print(common.machine_line(facts, f'ViT-{args.encoder} features',
-                             args.amp))
-    history: Dict[str, List[Dict]] = {}
-    rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
-        heads, info, size, options, device, history, memory_limit))
-    bench.BENCHMARK.add_ratios(rows)
-    fits = slopes(rows)
-    report = dict(machine=facts, encoder=args.encoder, amp=args.amp,
-                  heads=info, results=rows, slopes=fits)
-    write_report(args.out, report, bench.BENCHMARK.markdown_table(rows),
-                 f'decoders on ViT-{args.encoder} features')
-    print_summary(rows, fits)
+    print_summary(report['results'], report['slopes'])
     return report
 
 

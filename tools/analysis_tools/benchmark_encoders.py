@@ -19,21 +19,15 @@ docs/benchmarks.md ("Encoder benchmark"), the project's targets in
 docs/notes/benchmark-targets.md.
 """
 import argparse
-import os
-import os.path as osp
 from typing import Dict, List
-
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import encoder_benchmark as bench
-from mmseg_whitebox.analysis.report import ratio_lines, slopes, write_report
+from mmseg_whitebox.analysis.report import ratio_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
 
-CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))), 'configs')
 DEFAULT_SIZES = ('512', '1024', '2048', '512x1024')
-SLOPE_KEYS = ('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,32 +66,14 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
-    device, memory_limit = common.prepare_run(
+    report = bench.run_encoder_benchmark(
+        args.out, args.encoders, args.sizes, args.size, args.flops_sizes,
+        common.BenchmarkOptions(
+            repeats=args.repeats, warmup=args.warmup,
+            max_seconds=args.max_seconds, backward=not args.no_backward,
+            amp=args.amp, seed=args.seed),
         args.device, args.threads, args.memory_limit_gb)
-    models = bench.build_segmentors(args.encoders, args.size, device,
-                                    args.seed, CONFIG_ROOT)
-    os.makedirs(args.out, exist_ok=True)
-    options = common.BenchmarkOptions(
-        repeats=args.repeats, warmup=args.warmup,
-        max_seconds=args.max_seconds, backward=not args.no_backward,
-        amp=args.amp, seed=args.seed)
-    facts = common.machine(device)
-    print(common.machine_line(facts, f'size {args.size.upper()}',
-                                args.amp))
-    history: Dict[str, List[Dict]] = {}
-    rows = common.measure_sizes(args.sizes, lambda size: bench.measure_size(
-        models, size, options, device, history, memory_limit,
-        size in args.flops_sizes))
-    bench.BENCHMARK.add_ratios(rows)
-    fits = slopes(rows, SLOPE_KEYS)
-    report = dict(machine=facts, size=args.size, amp=args.amp,
-                  results=rows, slopes=fits)
-    write_report(
-        args.out, report, bench.BENCHMARK.markdown_table(rows),
-        f'encoders ({args.size.upper()})',
-        latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
-        memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
-    print_summary(rows, fits)
+    print_summary(report['results'], report['slopes'])
     return report
 
 

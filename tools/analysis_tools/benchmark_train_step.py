@@ -25,20 +25,15 @@ what it measured), benchmark.md and benchmark.png to --out. The last
 measurements are in docs/benchmarks.md ("Training-step benchmark").
 """
 import argparse
-import os
-import os.path as osp
 from typing import Dict, List
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import train_step_benchmark as bench
-from mmseg_whitebox.analysis.report import ratio_lines, slopes, write_report
+from mmseg_whitebox.analysis.report import ratio_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
-from mmseg_whitebox.utils.atomic import write_json
 
-CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))), 'configs')
 DEFAULT_SIZES = ('512', '1024', '2048')
 
 
@@ -83,43 +78,14 @@ def print_summary(rows: List[Dict]) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
-    device, memory_limit = common.prepare_run(
+    report = bench.run_train_step_benchmark(
+        args.out, args.models, args.sizes, args.size, args.batch,
+        args.with_cp, args.banded_loss,
+        common.BenchmarkOptions(
+            repeats=args.repeats, warmup=args.warmup,
+            max_seconds=args.max_seconds, amp=args.amp, seed=args.seed),
         args.device, args.threads, args.memory_limit_gb)
-    models = bench.build_trainable(args.models, args.size, device, args.seed,
-                                   CONFIG_ROOT, args.with_cp,
-                                   args.banded_loss)
-    os.makedirs(args.out, exist_ok=True)
-    options = common.BenchmarkOptions(
-        repeats=args.repeats, warmup=args.warmup,
-        max_seconds=args.max_seconds, amp=args.amp, seed=args.seed)
-    facts = common.machine(device)
-    print(common.machine_line(
-        facts, f'size {args.size.upper()}, batch {args.batch}'
-        + (', with_cp' if args.with_cp else '')
-        + (f', banded loss {args.banded_loss} rows' if args.banded_loss
-           else ''), args.amp))
-    setup = dict(machine=facts, size=args.size, batch=args.batch,
-                 with_cp=args.with_cp, banded_loss=args.banded_loss,
-                 amp=args.amp)
-    history: Dict[str, List[Dict]] = {}
-    done: List[Dict] = []
-
-    def measure(size):
-        rows = bench.measure_size(models, size, args.batch, options, device,
-                                  history, memory_limit)
-        done.extend(rows)  # kept if a larger size exhausts the memory
-        write_json(osp.join(args.out, 'benchmark.json'),
-                   dict(setup, results=done, partial=True))
-        return rows
-
-    rows = common.measure_sizes(args.sizes, measure)
-    bench.BENCHMARK.add_ratios(rows)
-    fits = slopes(rows, ('step_ms', 'mem_step'))
-    report = dict(setup, results=rows, slopes=fits)
-    write_report(args.out, report, bench.BENCHMARK.markdown_table(rows),
-                 f'training step ({args.size.upper()}, batch {args.batch})',
-                 latency=('step_ms', ), memory=('mem_step', ))
-    print_summary(rows)
+    print_summary(report['results'])
     return report
 
 

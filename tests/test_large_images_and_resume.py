@@ -4,6 +4,7 @@ checkpoint a run reports (the final one, as released)."""
 import ast
 import copy
 import glob
+import json
 import logging
 import math
 import os
@@ -25,9 +26,9 @@ from mmseg.structures import SegDataSample
 
 from _helpers import (DEMO_SEGMENTER, REPO, assert_same, created_tensors,
                       small_run_options)
-from mmseg_whitebox.analysis.large_image_memory import (agreement,
-                                                        build_model,
-                                                        write_test_image)
+from mmseg_whitebox.analysis.large_image_memory import (
+    agreement, build_model, large_image_memory_report, write_test_image)
+from mmseg_whitebox.utils.tool_error import ToolError
 from mmseg_whitebox.models.segmentors import (BoundedMemoryEncoderDecoder,
                                               resize_argmax_tiled)
 
@@ -143,6 +144,27 @@ def test_no_full_resolution_float_logits(bounded_demo, tmp_path):
     _, maps = _float_maps_of_inference(default, image, classes,
                                        (height, width))
     assert (1, classes, height, width) in maps, maps
+
+
+def test_large_image_memory_report(tmp_path):
+    """What tools/analysis_tools/large_image_memory.py reports: the bounded
+    path's peak memory measured in a fresh process, and the agreement of
+    the two paths' predictions on a small image, also written as JSON;
+    sizes that cannot be an image are refused before any work."""
+    json_file = tmp_path / 'memory.json'
+    results = large_image_memory_report(
+        DEMO_SEGMENTER, size=(160, 224), paths=('bounded', ),
+        agreement_size=(48, 64), threads=1, json_file=str(json_file))
+    bounded = results['paths']['bounded']
+    assert bounded['ok'] and bounded['peak_rss'] > 0
+    assert bounded['seg_logits_shape'][0] == 150
+    assert 'mmseg' not in results['paths']
+    assert results['agreement']['size'] == [48, 64]
+    assert 0.99 <= results['agreement']['fraction'] <= 1
+    assert json.loads(json_file.read_text()) == json.loads(
+        json.dumps(results))
+    with pytest.raises(ToolError, match='positive sizes'):
+        large_image_memory_report(DEMO_SEGMENTER, size=(0, 224))
 
 
 # ------------------------------------------------------ crash-safe training

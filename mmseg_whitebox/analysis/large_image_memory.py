@@ -19,11 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .memory import peak_memory, proc_bytes
+from mmseg_whitebox.utils.atomic import write_json
+from mmseg_whitebox.utils.input_checks import check_checkpoint
+from mmseg_whitebox.utils.tool_error import ToolError
+from .memory import available_memory, peak_memory, proc_bytes
 
 BOUNDED_TYPE = 'BoundedMemoryEncoderDecoder'
 GIB = 1024 ** 3
@@ -162,3 +165,76 @@ if __name__ == '__main__':
     print(json.dumps(measure(json.loads(sys.argv[1]))))
     sys.stdout.flush()
     os._exit(0)  # skip freeing a large heap at exit
+
+
+def large_image_memory_report(config: str,
+                              checkpoint: Optional[str] = None,
+                              size: Sequence[int] = (3000, 4000),
+                              mode: Optional[str] = None,
+                              paths: Sequence[str] = ('mmseg', 'bounded'),
+                              memory_limit_gb: Optional[float] = None,
+                              agreement_size: Sequence[int] = (300, 420),
+                              threads: Optional[int] = None,
+                              cfg_options: Optional[Dict] = None,
+                              json_file: Optional[str] = None) -> Dict:
+    """What ``tools/analysis_tools/large_image_memory.py`` does: peak RSS
+    of inference on one ``size`` (height, width) image along each of
+    ``paths`` (``'mmseg'``: mmseg's ``EncoderDecoder``, capped at
+    ``memory_limit_gb``, default 85% of the free memory; ``'bounded'``:
+    ``BoundedMemoryEncoderDecoder``), each in a fresh process, their
+    agreement on that image when both finish and on an ``agreement_size``
+    image. Random weights without ``checkpoint``. Returns the results
+    (also written to ``json_file`` if given)."""
+    check_checkpoint(checkpoint)
+    from mmseg_whitebox.apis.model_index import read_config
+    read_config(config, cfg_options)  # missing: a ToolError
+    options = dict(cfg_options or {})
+    if min(list(size) + list(agreement_size)) < 1:
+        raise ToolError('--size and --agreement-size take positive sizes')
+    if memory_limit_gb is not None and memory_limit_gb <= 0:
+        raise ToolError('--memory-limit must be positive (GB)')
+    import torch
+    limit = (memory_limit_gb * GIB if memory_limit_gb else
+             0.85 * (available_memory(torch.device('cpu')) or 0)) or None
+    height, width = size
+    results: Dict[str, Any] = dict(config=config, checkpoint=checkpoint,
+                                   size=[height, width], mode=mode, paths={})
+    with tempfile.TemporaryDirectory() as tmp:
+        image = write_test_image(osp.join(tmp, 'large.jpg'), height, width)
+        for path in paths:
+            spec = dict(config=config, checkpoint=checkpoint, image=image,
+                        bounded=path == 'bounded', mode=mode,
+                        threads=threads, options=options,
+                        save_pred=osp.join(tmp, f'{path}.npy'),
+                        memory_limit=limit if path == 'mmseg' else None)
+            res = measure_in_subprocess(spec)
+            results['paths'][path] = res
+            if res['ok']:
+                print(f'{path:8s} {height}x{width}: peak RSS '
+                      f'{format_bytes(res["peak_rss"])} (rise during '
+                      f'inference {format_bytes(res["inference_rise"])}), '
+                      f'{res["seconds"]:.1f} s, seg_logits '
+                      f'{res["seg_logits_shape"]}')
+            else:
+                print(f'{path:8s} {height}x{width}: failed: {res["error"]} '
+                      f'(peak RSS {format_bytes(res["peak_rss"])}'
+                      + (f', limit {format_bytes(int(limit))}'
+                         if spec['memory_limit'] else '') + ')')
+        if all(results['paths'].get(p, {}).get('ok')
+               for p in ('mmseg', 'bounded')):
+            a = np.load(osp.join(tmp, 'mmseg.npy'))
+            b = np.load(osp.join(tmp, 'bounded.npy'))
+            results['large_agreement'] = float((a == b).mean())
+            print(f'agreement {height}x{width}: '
+                  f'{100 * results["large_agreement"]:.4f}% of pixels')
+    ah, aw = agreement_size
+    same, shapes = agreement(config, checkpoint, ah, aw, mode,
+                             options=options)
+    results['agreement'] = dict(size=[ah, aw], fraction=same, **shapes)
+    print(f'agreement {ah}x{aw}: {100 * same:.4f}% of pixels, '
+          f'{shapes["classes"]} classes predicted (seg_logits '
+          f'mmseg {shapes["default_seg_logits"]}, bounded '
+          f'{shapes["bounded_seg_logits"]})')
+    if json_file:
+        write_json(json_file, results, indent=2)
+    return results

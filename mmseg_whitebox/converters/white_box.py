@@ -47,6 +47,18 @@ ATTN = r'transformer\.layers\.(\d+)\.0\.'
 FFN = r'transformer\.layers\.(\d+)\.1\.'
 NORM_PARAMS = r'(weight|bias|running_mean|running_var|num_batches_tracked)'
 
+
+def conv_stem_rules(prefix: str) -> Rules:
+    """The released convolutional stem under ``prefix`` (``<prefix>.<0,2,4,
+    6>``: conv, BatchNorm) -> ``ConvPatchStem``'s ``layers.<i>``."""
+    return [
+        (prefix + r'\.([0246])\.0\.weight',
+         lambda m: f'patch_embed.layers.{int(m[1]) // 2}.conv.weight'),
+        (prefix + r'\.([0246])\.1\.' + NORM_PARAMS,
+         lambda m: f'patch_embed.layers.{int(m[1]) // 2}.bn.{m[2]}'),
+    ]
+
+
 SHARED: Rules = [
     (r'cls_token', 'cls_token'),
     (r'pos_embedding', 'pos_embed'),
@@ -56,11 +68,8 @@ SHARED: Rules = [
     (FFN + r'fn\.weight', r'layers.\1.ffn.weight'),
     (r'mlp_head\.0\.(weight|bias)', r'ln1.\1'),
 ]
-CBSA_REPOSITORY: Rules = SHARED + [
-    (r'to_patch_embedding\.proj\.([0246])\.0\.weight',
-     lambda m: f'patch_embed.layers.{int(m[1]) // 2}.conv.weight'),
-    (r'to_patch_embedding\.proj\.([0246])\.1\.' + NORM_PARAMS,
-     lambda m: f'patch_embed.layers.{int(m[1]) // 2}.bn.{m[2]}'),
+CBSA_REPOSITORY: Rules = SHARED + conv_stem_rules(
+    r'to_patch_embedding\.proj') + [
     (ATTN + r'fn\.step_rep', r'layers.\1.attn.eta'),
     (ATTN + r'fn\.step_x', r'layers.\1.attn.kappa'),
     (ATTN + r'fn\.temp', r'layers.\1.attn.temp'),
@@ -73,11 +82,7 @@ CRATE_REPOSITORY: Rules = SHARED + [
     (ATTN + r'fn\.to_out\.0\.(weight|bias)', r'layers.\1.attn.out_proj.\2'),
 ]
 BLOCK = r'blocks\.(\d+)\.'
-TOST_REPOSITORY: Rules = [
-    (r'patch_embed\.proj\.([0246])\.0\.weight',
-     lambda m: f'patch_embed.layers.{int(m[1]) // 2}.conv.weight'),
-    (r'patch_embed\.proj\.([0246])\.1\.' + NORM_PARAMS,
-     lambda m: f'patch_embed.layers.{int(m[1]) // 2}.bn.{m[2]}'),
+TOST_REPOSITORY: Rules = conv_stem_rules(r'patch_embed\.proj') + [
     (BLOCK + r'norm1\.(weight|bias)', r'layers.\1.norm.\2'),
     (BLOCK + r'attn\.qkv\.(weight|bias)', r'layers.\1.attn.proj.\2'),
     (BLOCK + r'attn\.temp', r'layers.\1.attn.temp'),

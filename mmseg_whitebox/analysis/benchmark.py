@@ -28,6 +28,7 @@ import torch
 
 from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from .memory import available_memory, proc_field
+from . import report as reporting
 from .report import Baseline, Column, add_ratios, describe_row, results_table
 from .timing import time_interleaved
 
@@ -114,6 +115,27 @@ class Benchmark:
 
     def markdown_table(self, rows: List[Dict]) -> str:
         return results_table(rows, self.columns, self.notes)
+
+    def run(self, out: str, sizes: Sequence[Tuple[int, int]],
+            measure: Callable[[Tuple[int, int]], List[Dict]], setup: Dict,
+            title: str, slope_keys: Optional[Sequence[str]] = None,
+            **plot_keys: Sequence[str]) -> Dict:
+        """A whole run after its models are built: ``measure(size)``'s rows
+        for every size (:func:`measure_sizes`), the baselines' ratios, the
+        slopes of ``slope_keys`` (default: :func:`.report.slopes`'), and
+        the report files in ``out`` (:func:`.report.write_report`, titled
+        ``title``, curves ``plot_keys``). Returns the report: ``setup``
+        (the machine and the settings), ``results`` and ``slopes``."""
+        rows = measure_sizes(sizes, measure)
+        self.add_ratios(rows)
+        fits = (reporting.slopes(rows) if slope_keys is None else
+                reporting.slopes(rows, slope_keys))
+        report = dict(setup, results=rows, slopes=fits)
+        # (the old names benchmark.slopes / write_report moved to .report:
+        # used through the module, so they stay out of this namespace)
+        reporting.write_report(out, report, self.markdown_table(rows),
+                               title, **plot_keys)
+        return report
 
 
 def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
@@ -261,6 +283,16 @@ def machine(device: torch.device) -> Dict:
                  cpu_count=os.cpu_count(), threads=torch.get_num_threads())
     if device.type == 'cuda':
         facts['gpu'] = torch.cuda.get_device_name(device)
+    return facts
+
+
+def start_report(out: str, device: torch.device, what: str,
+                 amp: Optional[str]) -> Dict:
+    """Create the report folder ``out``, print the line naming the machine
+    and ``what`` is benchmarked; the machine's facts."""
+    os.makedirs(out, exist_ok=True)
+    facts = machine(device)
+    print(machine_line(facts, what, amp))
     return facts
 
 

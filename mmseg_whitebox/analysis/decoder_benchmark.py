@@ -18,7 +18,6 @@ with the largest output difference.
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,11 +26,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmseg_whitebox.ops.reference import straightforward_cbsa
-from .benchmark import (Benchmark, BenchmarkOptions, machine, machine_line,
-                        measure_sizes, new_row, prepare_run, project_configs)
+from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
+                        project_configs, start_report)
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
-from .report import Baseline, slopes, write_report
+from .report import Baseline
 from .timing import backward_call, inference_call
 
 # head name -> config (relative to configs/, {size} = t|s|b|l: the ViT)
@@ -217,16 +216,11 @@ def run_decoder_benchmark(out: str,
                                              memory_limit_gb)
     built, info = build_heads(list(heads), encoder, torch_device,
                               options.seed, config_root or project_configs())
-    os.makedirs(out, exist_ok=True)
-    facts = machine(torch_device)
-    print(machine_line(facts, f'ViT-{encoder} features', options.amp))
+    facts = start_report(out, torch_device, f'ViT-{encoder} features',
+                         options.amp)
     history: Dict[str, List[Dict]] = {}
-    rows = measure_sizes(sizes, lambda size: measure_size(
-        built, info, size, options, torch_device, history, memory_limit))
-    BENCHMARK.add_ratios(rows)
-    fits = slopes(rows)
-    report = dict(machine=facts, encoder=encoder, amp=options.amp,
-                  heads=info, results=rows, slopes=fits)
-    write_report(out, report, BENCHMARK.markdown_table(rows),
-                 f'decoders on ViT-{encoder} features')
-    return report
+    return BENCHMARK.run(
+        out, sizes, lambda size: measure_size(
+            built, info, size, options, torch_device, history, memory_limit),
+        dict(machine=facts, encoder=encoder, amp=options.amp, heads=info),
+        f'decoders on ViT-{encoder} features')

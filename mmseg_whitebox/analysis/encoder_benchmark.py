@@ -12,19 +12,17 @@ of the same size, measured and reported as the other benchmarks
 """
 from __future__ import annotations
 
-import os
 from functools import partial
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
-from .benchmark import (Benchmark, BenchmarkOptions, build_models, machine,
-                        machine_line, measure_sizes, new_row, prepare_run,
-                        project_configs)
+from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
+                        prepare_run, project_configs, start_report)
 from .complexity import flop_analyzer
 from .memory import peak_memory, skipped
-from .report import Baseline, describe_row, slopes, write_report
+from .report import Baseline, describe_row
 from .timing import backward_call, inference_call
 
 # encoder name -> config (relative to configs/, {size} = t|s|b)
@@ -157,19 +155,14 @@ def run_encoder_benchmark(out: str,
                                              memory_limit_gb)
     models = build_segmentors(list(encoders), size, torch_device,
                               options.seed, config_root or project_configs())
-    os.makedirs(out, exist_ok=True)
-    facts = machine(torch_device)
-    print(machine_line(facts, f'size {size.upper()}', options.amp))
+    facts = start_report(out, torch_device, f'size {size.upper()}',
+                         options.amp)
     history: Dict[str, List[Dict]] = {}
-    rows = measure_sizes(sizes, lambda image_size: measure_size(
-        models, image_size, options, torch_device, history, memory_limit,
-        image_size in flops_sizes))
-    BENCHMARK.add_ratios(rows)
-    fits = slopes(rows, SLOPE_KEYS)
-    report = dict(machine=facts, size=size, amp=options.amp, results=rows,
-                  slopes=fits)
-    write_report(out, report, BENCHMARK.markdown_table(rows),
-                 f'encoders ({size.upper()})',
-                 latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
-                 memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
-    return report
+    return BENCHMARK.run(
+        out, sizes, lambda image_size: measure_size(
+            models, image_size, options, torch_device, history,
+            memory_limit, image_size in flops_sizes),
+        dict(machine=facts, size=size, amp=options.amp),
+        f'encoders ({size.upper()})', SLOPE_KEYS,
+        latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
+        memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))

@@ -18,7 +18,6 @@ rise of the resident-set high-water mark on a CPU
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -26,11 +25,10 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json
-from .benchmark import (Benchmark, BenchmarkOptions, build_models, machine,
-                        machine_line, measure_sizes, new_row, prepare_run,
-                        project_configs)
+from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
+                        prepare_run, project_configs, start_report)
 from .memory import peak_memory, skipped
-from .report import Baseline, slopes, write_report
+from .report import Baseline
 from .timing import autocast
 
 # model name -> config (relative to configs/, {size} = t|s|b)
@@ -203,13 +201,11 @@ def run_train_step_benchmark(out: str,
     built = build_trainable(list(models), size, torch_device, options.seed,
                             config_root or project_configs(), with_cp,
                             banded_loss)
-    os.makedirs(out, exist_ok=True)
-    facts = machine(torch_device)
-    print(machine_line(
-        facts, f'size {size.upper()}, batch {batch}'
+    facts = start_report(
+        out, torch_device, f'size {size.upper()}, batch {batch}'
         + (', with_cp' if with_cp else '')
         + (f', banded loss {banded_loss} rows' if banded_loss else ''),
-        options.amp))
+        options.amp)
     setup = dict(machine=facts, size=size, batch=batch, with_cp=with_cp,
                  banded_loss=banded_loss, amp=options.amp)
     history: Dict[str, List[Dict]] = {}
@@ -223,11 +219,7 @@ def run_train_step_benchmark(out: str,
                    dict(setup, results=done, partial=True))
         return rows
 
-    rows = measure_sizes(sizes, measure)
-    BENCHMARK.add_ratios(rows)
-    fits = slopes(rows, ('step_ms', 'mem_step'))
-    report = dict(setup, results=rows, slopes=fits)
-    write_report(out, report, BENCHMARK.markdown_table(rows),
-                 f'training step ({size.upper()}, batch {batch})',
-                 latency=('step_ms', ), memory=('mem_step', ))
-    return report
+    return BENCHMARK.run(out, sizes, measure, setup,
+                         f'training step ({size.upper()}, batch {batch})',
+                         ('step_ms', 'mem_step'), latency=('step_ms', ),
+                         memory=('mem_step', ))

@@ -30,20 +30,22 @@ WORK = osp.join(REPO, 'work_dirs', 'upstream-tests')
 def source_distribution(dist: str, version: str) -> str:
     """The ``.tar.gz`` of ``dist==version``, downloaded once."""
     folder = osp.join(WORK, 'sdists')
-    stem = f'{dist.replace("-", "_")}-{version}'
-    for name in (f'{stem}.tar.gz', f'{dist}-{version}.tar.gz'):
-        if osp.exists(osp.join(folder, name)):
-            return osp.join(folder, name)
-    subprocess.run([sys.executable, '-m', 'pip', 'download', '--quiet',
-                    '--no-deps', '--no-binary', ':all:', '--dest', folder,
-                    f'{dist}=={version}'], check=True)
-    found = [n for n in os.listdir(folder)
-             if n.lower().startswith(stem.lower()) or
-             n.lower().startswith(f'{dist}-{version}'.lower())]
-    if not found:
+    # pip names it after the project, normalised or not, by index
+    names = {f'{dist.replace("-", "_")}-{version}.tar.gz'.lower(),
+             f'{dist}-{version}.tar.gz'.lower()}
+
+    def found() -> List[str]:
+        return [osp.join(folder, n) for n in sorted(os.listdir(folder))
+                if n.lower() in names] if osp.isdir(folder) else []
+
+    if not found():
+        subprocess.run([sys.executable, '-m', 'pip', 'download', '--quiet',
+                        '--no-deps', '--no-binary', ':all:', '--dest',
+                        folder, f'{dist}=={version}'], check=True)
+    if not found():
         raise SystemExit(f'pip downloaded no source distribution of '
                          f'{dist}=={version} into {folder}')
-    return osp.join(folder, found[0])
+    return found()[0]
 
 
 def unpack_tests(archive: str, root: str) -> None:

@@ -1,12 +1,16 @@
 """``train_model`` and ``evaluate_checkpoint``: what tools/train.py and
 tools/test.py do, called from Python in this process."""
 import argparse
+import glob
+import json
+import os.path as osp
 
 from _helpers import DEMO_SEGMENTER, small_run_options
 
 from mmseg_whitebox.apis import evaluate_checkpoint, train_model
 from mmseg_whitebox.apis.runner_config import runner_config
 from mmseg_whitebox.cli import add_cfg_options_arg
+from mmseg_whitebox.engine.hooks import main_process_logger_hook
 
 
 def demo_config(tiny_ade: str, work_dir: str):
@@ -17,14 +21,25 @@ def demo_config(tiny_ade: str, work_dir: str):
     return runner_config(DEMO_SEGMENTER, options.cfg_options, work_dir)
 
 
+def _test_metrics_files(work_dir: str) -> list:
+    return glob.glob(osp.join(work_dir, '*', '*.json'))
+
+
 def test_train_then_evaluate_the_final_checkpoint(tiny_ade, tmp_path,
-                                                  capsys):
+                                                  capsys, monkeypatch):
     """Two iterations, a cut-off checkpoint file of an earlier run removed
     first (with a note); the final checkpoint, named in last_checkpoint,
-    tested with the config's metric."""
+    tested with the config's metric.
+
+    mmengine's LoggerHook writes a test's metrics file on every rank, to
+    one path; the configs a tool runs use MainProcessLoggerHook, which
+    leaves it to rank 0 (a non-main rank writes no file, logs the line)."""
     cut_off = tmp_path / '.iter_9.abcd1234.pth'
     cut_off.write_bytes(b'half a checkpoint')
-    counter = train_model(demo_config(tiny_ade, str(tmp_path)))
+    cfg = demo_config(tiny_ade, str(tmp_path))
+    assert cfg.default_hooks.logger.type == 'MainProcessLoggerHook'
+    assert cfg.default_hooks.logger.log_metric_by_epoch is False  # kept
+    counter = train_model(cfg)
     assert f'note: removing {cut_off}' in capsys.readouterr().err
     assert not cut_off.exists()
     assert counter.summary() is None  # nothing non-finite
@@ -32,6 +47,18 @@ def test_train_then_evaluate_the_final_checkpoint(tiny_ade, tmp_path,
     assert (tmp_path / 'last_checkpoint').read_text() == str(final)
     assert not (tmp_path / '.lock').exists()  # the run's lock is released
 
-    metrics = evaluate_checkpoint(demo_config(tiny_ade, str(tmp_path)),
-                                  str(final))
+    main = str(tmp_path / 'main')
+    metrics = evaluate_checkpoint(demo_config(tiny_ade, main), str(final))
     assert 0 <= metrics['mIoU'] <= 100
+    [written] = _test_metrics_files(main)
+    with open(written) as f:
+        assert json.load(f)['mIoU'] == metrics['mIoU']
+
+    other = str(tmp_path / 'other-rank')
+    monkeypatch.setattr(main_process_logger_hook, 'is_main_process',
+                        lambda: False)
+    evaluate_checkpoint(demo_config(tiny_ade, other), str(final))
+    assert _test_metrics_files(other) == []
+    [log] = glob.glob(osp.join(other, '*', '*.log'))
+    with open(log) as f:
+        assert 'Iter(test) [3/3]' in f.read()

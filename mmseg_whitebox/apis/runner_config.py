@@ -1,7 +1,8 @@
 """The config of a Runner that a tool or a library call runs: the file (or
 model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
-the hook that makes every checkpoint load weights-only and the checkpoint
-hook that writes them atomically."""
+the hook that makes every checkpoint load weights-only, the checkpoint
+hook that writes them atomically and the logger hook whose test metrics
+file only the main process writes."""
 from __future__ import annotations
 
 import os.path as osp
@@ -13,10 +14,13 @@ from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.utils.distributed import setup_distributed
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
-#: mmengine's checkpoint hook, and the one that replaces it
-#: (:class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook`)
-PLAIN_CHECKPOINT_HOOKS = ('CheckpointHook', 'mmengine.CheckpointHook')
-ATOMIC_CHECKPOINT_HOOK = 'AtomicCheckpointHook'
+#: mmengine's default hooks that a project hook of the same arguments
+#: replaces: (:class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook`,
+#: :class:`~mmseg_whitebox.engine.hooks.MainProcessLoggerHook`)
+REPLACED_DEFAULT_HOOKS = {
+    'checkpoint': ('CheckpointHook', 'AtomicCheckpointHook'),
+    'logger': ('LoggerHook', 'MainProcessLoggerHook'),
+}
 
 
 def runner_config(config: str, cfg_options: Optional[dict] = None,
@@ -37,7 +41,7 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
     ensure_weights_only_checkpoints(cfg)
-    ensure_atomic_checkpoints(cfg)
+    replace_default_hooks(cfg)
     # after the config is complete: gloo and CPU processes without CUDA
     setup_distributed(cfg)
     return cfg
@@ -54,15 +58,17 @@ def ensure_weights_only_checkpoints(cfg: Config) -> None:
         cfg.custom_hooks = hooks
 
 
-def ensure_atomic_checkpoints(cfg: Config) -> None:
-    """Replace mmengine's ``CheckpointHook`` by
-    :class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook` (same
-    settings): a checkpoint is under its name only once complete, and the
-    previous one is removed only after that."""
+def replace_default_hooks(cfg: Config) -> None:
+    """Replace mmengine's ``CheckpointHook`` and ``LoggerHook`` by the
+    project's (:data:`REPLACED_DEFAULT_HOOKS`, same settings): a checkpoint
+    is under its name only once complete and the previous one is removed
+    only after that; a distributed test's metrics file is written once."""
     hooks = cfg.get('default_hooks', None) or {}
-    hook = hooks.get('checkpoint', None)
-    if isinstance(hook, dict) and hook.get('type') in PLAIN_CHECKPOINT_HOOKS:
-        hook['type'] = ATOMIC_CHECKPOINT_HOOK
+    for key, (plain, replacement) in REPLACED_DEFAULT_HOOKS.items():
+        hook = hooks.get(key, None)
+        if isinstance(hook, dict) and \
+                hook.get('type') in (plain, f'mmengine.{plain}'):
+            hook['type'] = replacement
 
 
 def drop_training(cfg: Config) -> None:

@@ -1,8 +1,9 @@
 """The config of a Runner that a tool or a library call runs: the file (or
 model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
 the hook that makes every checkpoint load weights-only, the checkpoint
-hook that writes them atomically and the logger hook whose test metrics
-file only the main process writes."""
+hook that writes them atomically, the logger hook whose test metrics
+file only the main process writes and the hook that stops dataloader
+workers when the run ends."""
 from __future__ import annotations
 
 import os.path as osp
@@ -14,6 +15,9 @@ from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.utils.distributed import setup_distributed
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
+#: stops a run's persistent dataloader workers when it ends
+#: (:class:`~mmseg_whitebox.engine.hooks.ReleaseDataloaderWorkersHook`)
+RELEASE_WORKERS_HOOK = 'ReleaseDataloaderWorkersHook'
 #: mmengine's default hooks that a project hook of the same arguments
 #: replaces: (:class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook`,
 #: :class:`~mmseg_whitebox.engine.hooks.MainProcessLoggerHook`)
@@ -41,6 +45,7 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
     ensure_weights_only_checkpoints(cfg)
+    ensure_custom_hook(cfg, RELEASE_WORKERS_HOOK)
     replace_default_hooks(cfg)
     # after the config is complete: gloo and CPU processes without CUDA
     setup_distributed(cfg)
@@ -51,10 +56,16 @@ def ensure_weights_only_checkpoints(cfg: Config) -> None:
     """Add :class:`WeightsOnlyCheckpointHook` to configs that lack it (e.g.
     mmseg's own configs), so every checkpoint a tool writes loads
     weights-only."""
+    ensure_custom_hook(cfg, HOOK_TYPE)
+
+
+def ensure_custom_hook(cfg: Config, hook_type: str) -> None:
+    """Add ``dict(type=hook_type)`` to the config's ``custom_hooks``
+    unless it is there (with or without the ``mmseg.`` scope)."""
     hooks = list(cfg.get('custom_hooks', None) or [])
-    if not any(h.get('type') in (HOOK_TYPE, f'mmseg.{HOOK_TYPE}')
+    if not any(h.get('type') in (hook_type, f'mmseg.{hook_type}')
                for h in hooks):
-        hooks.append(dict(type=HOOK_TYPE))
+        hooks.append(dict(type=hook_type))
         cfg.custom_hooks = hooks
 
 

@@ -2,12 +2,15 @@ from .atomic_checkpoint_hook import LAST_CHECKPOINT, AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
 from .main_process_logger_hook import MainProcessLoggerHook
 from .non_finite_counter import NonFiniteCounter, count_nonfinite
+from .release_workers_hook import (ReleaseDataloaderWorkersHook,
+                                   release_dataloader_workers)
 from .rng_state_hook import RNGStateCheckpointHook
 from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
 __all__ = [
     'LAST_CHECKPOINT', 'AtomicCheckpointHook', 'CheckpointCheckHook',
     'MainProcessLoggerHook', 'NonFiniteCounter',
-    'RNGStateCheckpointHook', 'ResumeCheckHook', 'WeightsOnlyCheckpointHook',
-    'count_nonfinite'
+    'RNGStateCheckpointHook', 'ReleaseDataloaderWorkersHook',
+    'ResumeCheckHook', 'WeightsOnlyCheckpointHook', 'count_nonfinite',
+    'release_dataloader_workers'
 ]

@@ -62,3 +62,32 @@ def test_train_then_evaluate_the_final_checkpoint(tiny_ade, tmp_path,
     [log] = glob.glob(osp.join(other, '*', '*.log'))
     with open(log) as f:
         assert 'Iter(test) [3/3]' in f.read()
+
+
+def test_a_run_stops_its_dataloader_workers_when_it_ends(tiny_ade, tmp_path):
+    """The demo config's persistent test workers (2) are stopped by
+    ReleaseDataloaderWorkersHook when ``runner.test()`` returns, not left
+    for the garbage collector (which, once another Runner has forked its
+    workers, waits 5 s for each)."""
+    from mmengine.hooks import Hook
+    from mmengine.runner import Runner
+
+    seen = []
+
+    class RecordWorkers(Hook):
+        def after_test_epoch(self, runner, metrics=None):
+            seen.extend(runner.test_loop.dataloader._iterator._workers)
+
+    cfg = demo_config(tiny_ade, str(tmp_path))
+    assert cfg.test_dataloader.num_workers == 0  # small_run_options' ...
+    cfg.test_dataloader.num_workers = 2  # ... the config's own
+    cfg.test_dataloader.persistent_workers = True
+    cfg.load_from = None
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(RecordWorkers())
+    runner.test()
+    assert len(seen) == 2
+    assert not any(worker.is_alive() for worker in seen)
+    assert runner.test_loop.dataloader._iterator is None
+    runner.test()  # a loader used again starts new workers
+    assert len(seen) == 4 and not any(w.is_alive() for w in seen)

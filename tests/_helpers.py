@@ -11,7 +11,8 @@ import torch
 from mmengine.logging import HistoryBuffer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmseg_whitebox.apis.demo_models import DEMO_MODELS, data_options
+from mmseg_whitebox.apis.demo_models import (DEMO_MODELS, command_line,
+                                             data_options)
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_SEGMENTER = osp.join(
@@ -121,7 +122,7 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
             f'default_hooks.checkpoint.interval={iters}',
             'default_hooks.logger.interval=1',
             f'train_dataloader.batch_size={batch_size}']
-    opts += data_options(data_root)
+    opts += command_line(data_options(data_root))
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         opts += [f'{loader}.num_workers=0',
                  f'{loader}.persistent_workers=False']

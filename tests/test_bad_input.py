@@ -16,7 +16,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from PIL import Image
 
-from mmseg_whitebox.apis.demo_models import data_options
+from mmseg_whitebox.apis.demo_models import command_line, data_options
 from mmseg_whitebox.apis.run_checks import (check_param_schedulers,
                                             check_tta, num_classes_problem)
 from mmseg_whitebox.datasets.checks import (DatasetCheckError,
@@ -581,7 +581,8 @@ def test_tool_train_checks_before_training(tiny_ade, tmp_path):
     blocker = tmp_path / 'file'
     blocker.write_text('x')
     train = ['tools/train.py', DEMO_SEGMENTER, '--work-dir',
-             str(blocker / 'run'), '--cfg-options'] + data_options(tiny_ade)
+             str(blocker / 'run'), '--cfg-options'] + \
+        command_line(data_options(tiny_ade))
     proc = run_tool(train + ['train_cfg.max_iters=20',
                              'param_scheduler.1.end=20'], check=False)
     assert_tool_error(proc, 'train.py', 'param_scheduler.0.end=10')

@@ -1,5 +1,6 @@
-"""The demo models behind ``make demo`` (``tools/misc/demo.py``) and the
-``--cfg-options`` it runs them with.
+"""The demo models behind ``make demo`` (:func:`~.demo.run_demo`) and the
+config options it runs them with (a ``cfg_options`` dict; as
+``--cfg-options`` words through :func:`command_line`).
 
 Every demo model but three is a head on the same CPU-sized ViT encoder
 (``configs/*/*_vit-demo_*_synthade-*``); ``cbt``, ``crate`` and ``tost``
@@ -8,7 +9,7 @@ synthetic ADE20K-layout data.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 #: name -> config (relative to the repository root); every head on the
 #: same ViT encoder, and 'cbt', 'crate', 'tost' on white-box encoders
@@ -32,31 +33,36 @@ DEMO_MODELS: Dict[str, str] = {
 DEFAULT_MODELS = ('segmenter', 'cbsa', 'cbsa-rigorous')
 
 
-def data_options(data_root: str) -> List[str]:
-    """``--cfg-options`` pointing every dataloader at ``data_root``."""
-    return [f'{loader}.dataset.data_root={data_root}'
+def data_options(data_root: str) -> Dict[str, Any]:
+    """Options pointing every dataloader at ``data_root``."""
+    return {f'{loader}.dataset.data_root': data_root
             for loader in ('train_dataloader', 'val_dataloader',
-                           'test_dataloader')]
+                           'test_dataloader')}
 
 
-def schedule_options(iters: Optional[int]) -> List[str]:
-    """``--cfg-options`` for a demo schedule of ``iters`` iterations (none:
-    the configs' own), warm-up and checkpoint scaled along."""
+def schedule_options(iters: Optional[int]) -> Dict[str, Any]:
+    """Options for a demo schedule of ``iters`` iterations (none: the
+    configs' own), warm-up and checkpoint scaled along."""
     if iters is None:
-        return []
+        return {}
     warmup = max(1, min(50, iters // 4))
-    return [f'train_cfg.max_iters={iters}',
-            f'train_cfg.val_interval={iters}',
-            f'param_scheduler.0.end={warmup}',
-            f'param_scheduler.1.begin={warmup}',
-            f'param_scheduler.1.end={iters}',
-            f'default_hooks.checkpoint.interval={iters}']
+    return {'train_cfg.max_iters': iters,
+            'train_cfg.val_interval': iters,
+            'param_scheduler.0.end': warmup,
+            'param_scheduler.1.begin': warmup,
+            'param_scheduler.1.end': iters,
+            'default_hooks.checkpoint.interval': iters}
 
 
-def freeze_options(freeze: bool) -> List[str]:
-    """``--cfg-options`` giving every encoder parameter learning rate and
-    weight decay 0 (``--freeze-encoder``)."""
+def freeze_options(freeze: bool) -> Dict[str, Any]:
+    """Options giving every encoder parameter learning rate and weight
+    decay 0 (``--freeze-encoder``)."""
     if not freeze:
-        return []
+        return {}
     key = 'optim_wrapper.paramwise_cfg.custom_keys.backbone'
-    return [f'{key}.lr_mult=0.0', f'{key}.decay_mult=0.0']
+    return {f'{key}.lr_mult': 0.0, f'{key}.decay_mult': 0.0}
+
+
+def command_line(options: Dict[str, Any]) -> List[str]:
+    """``options`` as the words after a tool's ``--cfg-options``."""
+    return [f'{key}={value}' for key, value in options.items()]

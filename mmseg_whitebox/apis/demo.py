@@ -1,0 +1,314 @@
+"""The embedded demo behind ``make demo`` as one call, on CPU.
+
+:func:`run_demo` does, in this process, what a user would do with the
+tools:
+
+1. writes the synthetic ADE20K-layout dataset, context variant (a shape's
+   class depends on a landmark elsewhere in the image);
+2. trains each demo model (:data:`~.demo_models.DEMO_MODELS`; by default
+   the Segmenter baseline, the CBSA (CBT) head and the rigorous CBSA
+   (CBT-dagger) head on the same demo encoder) as ``tools/train.py`` does
+   (:func:`~.training.train_model`); a finished run in the output folder
+   is reused unless ``retrain``;
+3. tests each as ``tools/test.py`` does (:func:`~.evaluation.
+   evaluate_checkpoint`): mIoU next to chance level, decoder parameters
+   and decoder GFLOPs at 512x512 (mmengine's analysis);
+4. runs single-image inference through ``mmseg.apis`` and saves an
+   overlay PNG (ground truth | prediction, painted by mmseg's visualizer)
+   with a legend of the classes present;
+5. sweeps each model over decoder-attention noise as
+   ``tools/noise_robustness.py`` does (clean, attention-removed and noisy
+   mIoU, attention usage) and overlays the sweeps in one plot.
+
+With ``freeze_encoder`` the encoder keeps its random initialisation, so
+whatever context the task needs has to be gathered by the decoder's
+attention: a setting in which a robustness claim about that attention is
+informative. :func:`format_demo_results` is the table the tool prints.
+"""
+from __future__ import annotations
+
+import os
+import os.path as osp
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from mmseg_whitebox.datasets.synthetic_ade20k import (SyntheticADE20KSpec,
+                                                      chance_miou,
+                                                      generate_synthetic_ade20k,
+                                                      load_meta, sample_name)
+from mmseg_whitebox.engine.hooks import LAST_CHECKPOINT
+from mmseg_whitebox.utils.atomic import write_json
+from mmseg_whitebox.utils.tool_error import InputError
+from .demo_models import (DEFAULT_MODELS, DEMO_MODELS, data_options,
+                          freeze_options, schedule_options)
+from .evaluation import evaluate_checkpoint
+from .model_index import config_path
+from .runner_config import runner_config
+from .training import train_model
+
+Log = Callable[[str], None]
+#: the noise levels each demo model is swept over
+SWEEP_SIGMAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+#: the summary file in the output folder
+SUMMARY = 'summary.json'
+#: the test metrics the summary keeps
+METRICS = ('mIoU', 'aAcc', 'mAcc')
+
+
+def _context_data() -> SyntheticADE20KSpec:
+    return SyntheticADE20KSpec(variant='context')
+
+
+@dataclass
+class DemoOptions:
+    """The options of ``tools/misc/demo.py`` under the same names
+    (``sweep=False`` is ``--no-sweep``); ``dataset`` (the synthetic data
+    to generate) is the library's only. Checked when made."""
+    out: str = field(default='work_dirs/demo', metadata=dict(
+        help='output folder (default: work_dirs/demo)'))
+    data: str = field(default='data/synthetic-context', metadata=dict(
+        help='where the synthetic dataset is written'))
+    models: Sequence[str] = field(default=DEFAULT_MODELS, metadata=dict(
+        help='which demo models to train and test (default: '
+        f'{" ".join(DEFAULT_MODELS)})', choices=list(DEMO_MODELS)))
+    sweep_models: Optional[Sequence[str]] = field(default=None, metadata=dict(
+        help='which of them to sweep over noise (default: all)',
+        choices=list(DEMO_MODELS)))
+    iters: Optional[int] = field(default=None, metadata=dict(
+        help='training iterations (default: the configs\' 800)'))
+    sigmas: Sequence[float] = field(default=SWEEP_SIGMAS, metadata=dict(
+        help='noise standard deviations of the sweeps (default: '
+        f'{" ".join(map(str, SWEEP_SIGMAS))})'))
+    seeds: int = field(default=2, metadata=dict(
+        help='noise draws per sigma in the sweeps (default 2)'))
+    sweep: bool = field(default=True, metadata=dict(
+        help='skip the robustness sweeps'))
+    freeze_encoder: bool = field(default=False, metadata=dict(
+        help='keep the (randomly initialised) encoder fixed, so that any use '
+        'of context must come from the decoder\'s attention; use another '
+        '--out'))
+    retrain: bool = field(default=False, metadata=dict(
+        help='train (and sweep) again even if finished runs exist'))
+    dataset: SyntheticADE20KSpec = field(default_factory=_context_data)
+    #: more config options for every run (``--cfg-options``), over the
+    #: demo's own
+    cfg_options: Optional[Dict[str, Any]] = None
+
+    def __post_init__(self) -> None:
+        for flag, names in (('--models', self.models),
+                            ('--sweep-models', self.sweep_models or ())):
+            unknown = [n for n in names if n not in DEMO_MODELS]
+            if unknown:
+                raise InputError(
+                    f'{flag}: no demo model {", ".join(unknown)}; the demo '
+                    f'models are {", ".join(DEMO_MODELS)}')
+        if self.iters is not None and self.iters < 1:
+            raise InputError(f'--iters must be >= 1, got {self.iters}')
+        # the sweep's own checks (seeds, sigmas), before any work
+        self.sweep_options(name='', out='')
+
+    def sweep_options(self, **kwargs: Any) -> Any:
+        from mmseg_whitebox.robustness import NoiseSweepOptions
+        return NoiseSweepOptions(sigmas=tuple(self.sigmas), seeds=self.seeds,
+                                 progress=False, **kwargs)
+
+
+def final_checkpoint(work_dir: str) -> Optional[str]:
+    """The checkpoint a finished run named in ``last_checkpoint``."""
+    marker = osp.join(work_dir, LAST_CHECKPOINT)
+    if not osp.isfile(marker):
+        return None
+    with open(marker) as f:
+        path = f.read().strip()
+    return path if osp.isfile(path) else None
+
+
+def run_demo(options: Optional[DemoOptions] = None,
+             log: Log = print) -> Dict[str, Any]:
+    """Run the demo (see the module docstring); returns the summary that
+    is also written to ``<out>/summary.json``: the data, chance mIoU and,
+    per model, its config, checkpoint, metrics, decoder size, overlay and
+    sweep (clean, removed, usage per layer, mIoU per sigma)."""
+    options = options or DemoOptions()
+    start = time.time()
+    os.makedirs(options.out, exist_ok=True)
+    log('== 1. synthetic ADE20K-layout data '
+        f'({options.dataset.variant} variant)')
+    data_root = generate_synthetic_ade20k(options.data, options.dataset)
+    meta = load_meta(data_root)
+    chance = chance_miou(meta['val_pixel_counts'])
+    log(f'{data_root}: {options.dataset.num_train} train / '
+        f'{options.dataset.num_val} val images, '
+        f'{len(meta["classes_present"])} classes, chance mIoU {chance:.2f}')
+    summary: Dict[str, Any] = dict(
+        data_root=data_root, chance_miou=chance,
+        frozen_encoder=options.freeze_encoder, models={})
+    for name in options.models:
+        summary['models'][name] = _train_and_test(
+            name, options, data_root, log)
+
+    swept = [n for n in (options.sweep_models or options.models)
+             if n in summary['models']]
+    if swept and options.sweep:
+        log('== 5. robustness to decoder-attention noise')
+        for name in swept:
+            summary['models'][name]['robustness'] = _sweep(
+                name, summary['models'][name], options, data_root, log)
+        summary['robustness_plot'] = _plot_sweeps(swept, options)
+    summary['wall_time_s'] = time.time() - start
+    write_json(osp.join(options.out, SUMMARY), summary)
+    return summary
+
+
+def _train_and_test(name: str, options: DemoOptions, data_root: str,
+                    log: Log) -> Dict[str, Any]:
+    """Steps 2 to 4 for one demo model."""
+    from mmseg.apis import init_model
+    config = DEMO_MODELS[name]
+    data = {**data_options(data_root), **(options.cfg_options or {})}
+    work_dir = osp.join(options.out, name)
+    train_cfg = runner_config(
+        config_path(config),
+        {**schedule_options(options.iters),
+         **freeze_options(options.freeze_encoder), **data}, work_dir)
+    log(f'== 2. train {name}: {config}')
+    ckpt = final_checkpoint(work_dir)
+    max_iters = train_cfg.train_cfg.max_iters
+    if ckpt and not options.retrain and \
+            ckpt.endswith(f'iter_{max_iters}.pth'):
+        log(f'[{name}] reusing finished run {ckpt} (--retrain to redo)')
+    else:
+        started = time.time()
+        train_model(train_cfg)
+        ckpt = final_checkpoint(work_dir)
+        if ckpt is None:
+            raise RuntimeError(f'training {name} left no checkpoint in '
+                               f'{work_dir}')
+        log(f'[{name}] trained in {time.time() - started:.0f}s')
+    log(f'== 3. test {name}')
+    metrics = evaluate_checkpoint(
+        runner_config(config_path(config), data,
+                      osp.join(work_dir, 'test')), ckpt)
+    log(f'== 4. inference {name} (mmseg.apis)')
+    model = init_model(config_path(config), ckpt, device='cpu')
+    overlay = _infer_and_draw(model, data_root,
+                              osp.join(options.out, f'overlay_{name}.png'))
+    return dict(config=config, checkpoint=ckpt,
+                **{key: float(metrics[key]) for key in METRICS},
+                inference=overlay, **_decoder_complexity(model))
+
+
+def _decoder_complexity(model: Any) -> Dict[str, float]:
+    """Decoder params and GFLOPs (mmengine, multiply-adds) on the features
+    of a 512x512 image."""
+    import torch
+
+    from mmseg_whitebox.analysis import decode_head_complexity
+    patch = model.backbone.patch_embed.projection.kernel_size[0]
+    width = model.decode_head.in_channels
+    feature = torch.zeros(1, width, 512 // patch, 512 // patch)
+    flops, params = decode_head_complexity(model.decode_head, feature)
+    return dict(decoder_params=params, decoder_gflops_512=flops / 1e9)
+
+
+def _infer_and_draw(model: Any, data_root: str,
+                    out_file: str) -> Dict[str, Any]:
+    """Single-image inference through mmseg.apis; the overlay (ground
+    truth | prediction, painted by mmseg's visualizer) names the model and
+    has a legend of the classes present."""
+    import mmcv
+    import numpy as np
+    from mmseg.apis import inference_model
+
+    from .image_demo import dataset_meta
+    from .overlay import config_name, overlay_figure
+
+    name = sample_name('validation', 0)
+    img_path = osp.join(data_root, 'images', 'validation', name + '.jpg')
+    ann_path = osp.join(data_root, 'annotations', 'validation', name + '.png')
+    result = inference_model(model, img_path)
+    gt = mmcv.imread(ann_path, flag='unchanged').astype(np.int64) - 1
+    gt[gt < 0] = 255  # reduce_zero_label: "other" is ignored
+    pred = result.pred_sem_seg.data[0].numpy()
+    valid = gt != 255
+    overlay_figure(mmcv.imread(img_path, channel_order='rgb'), pred,
+                   *dataset_meta(model), model_name=config_name(model),
+                   ground_truth=gt, image_name=name, out_file=out_file)
+    return dict(image=img_path, overlay=out_file,
+                pixel_accuracy=float((pred[valid] == gt[valid]).mean() * 100))
+
+
+def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
+           data_root: str, log: Log) -> Dict[str, Any]:
+    """Step 5 for one model: its sweep (continued where a finished or
+    interrupted one left off, unless ``retrain``), summarised."""
+    from mmseg_whitebox.robustness import run_noise_sweep
+    out = osp.join(options.out, 'robustness', name)
+    results = osp.join(out, 'results.json')
+    resume = osp.isfile(results)
+    if resume and options.retrain:
+        os.remove(results)
+        resume = False
+    sweep = options.sweep_options(name=name, out=out, resume=resume,
+                                  work_dir=osp.join(out, 'runs'),
+                                  cfg_options={
+                                      **data_options(data_root),
+                                      **(options.cfg_options or {})})
+    found = run_noise_sweep(config_path(model['config']), model['checkpoint'],
+                            sweep, log=log)
+    return dict(
+        clean=found['clean']['mIoU'],
+        ablated=found['ablation']['decoder-attention']['metrics']['mIoU'],
+        usage=[u['ratio_mean'] for u in found['attention_usage']],
+        curve={p['sigma']: p['mIoU_mean'] for p in found['points']})
+
+
+def _plot_sweeps(names: Sequence[str], options: DemoOptions) -> str:
+    from mmseg_whitebox.robustness.plotting import plot_folders
+    title = 'Decoder-attention noise, synthetic context data'
+    if options.freeze_encoder:
+        title += ', frozen encoder'
+    return plot_folders([osp.join(options.out, 'robustness', n)
+                         for n in names],
+                        osp.join(options.out, 'robustness.png'), title=title)
+
+
+def format_demo_results(summary: Dict[str, Any]) -> str:
+    """The tables the tool prints: each model's decoder size and metrics,
+    its mIoU under noise with the clean and attention-removed references
+    (and a note where removing the attention changes nothing), and where
+    the plot and overlays are."""
+    from mmseg_whitebox.robustness import attention_unused
+    lines = ['', '== results on the synthetic validation set '
+             f'(chance mIoU {summary["chance_miou"]:.2f})',
+             f'{"model":<16}{"decoder params":>16}{"GFLOPs@512":>12}'
+             f'{"mIoU":>8}{"aAcc":>8}']
+    for name, r in summary['models'].items():
+        lines.append(f'{name:<16}{r["decoder_params"]:>16,}'
+                     f'{r["decoder_gflops_512"]:>12.3f}{r["mIoU"]:>8.2f}'
+                     f'{r["aAcc"]:>8.2f}')
+    swept = {n: r['robustness'] for n, r in summary['models'].items()
+             if 'robustness' in r}
+    if swept:
+        sigmas = sorted({s for r in swept.values() for s in r['curve']})
+        lines += ['', 'mIoU under decoder-attention noise (absolute sigma), '
+                  'mean over draws',
+                  f'{"model":<16}{"clean":>7}{"removed":>9}' +
+                  ''.join(f'{s:>8g}' for s in sigmas) + '   usage per layer']
+        for name, r in swept.items():
+            usage = ' '.join(f'{u:.3f}' for u in r['usage'])
+            lines.append(
+                f'{name:<16}{r["clean"]:>7.2f}{r["ablated"]:>9.2f}' +
+                ''.join(f'{r["curve"].get(s, float("nan")):>8.2f}'
+                        for s in sigmas) + f'   {usage}')
+        for name, r in swept.items():
+            if attention_unused(r['clean'], r['ablated']):
+                lines.append(
+                    f'note: removing {name}\'s decoder attention changes '
+                    f'mIoU by {r["ablated"] - r["clean"]:+.2f}: it is '
+                    'unused, so its robustness is not informative')
+        lines.append(f'plot: {summary["robustness_plot"]}')
+    for name, r in summary['models'].items():
+        lines.append(f'overlay ({name}): {r["inference"]["overlay"]}')
+    return '\n'.join(lines)

@@ -10,7 +10,7 @@ import pytest
 from mmseg_whitebox.apis.demo import (DemoOptions, format_demo_results,
                                       run_demo)
 from mmseg_whitebox.datasets.synthetic_ade20k import SyntheticADE20KSpec
-from mmseg_whitebox.utils.tool_error import InputError
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 
 def small_demo(tmp_path, **kwargs) -> DemoOptions:
@@ -68,3 +68,14 @@ def test_demo_options_are_checked_before_any_work(tmp_path, kwargs, message):
     with pytest.raises(InputError, match=message):
         DemoOptions(out=str(tmp_path / 'demo'), **kwargs)
     assert not (tmp_path / 'demo').exists()
+
+
+@pytest.mark.parametrize('option', ['out', 'data'])
+def test_demo_refuses_an_output_folder_under_a_file(tmp_path, option):
+    blocker = tmp_path / 'file'
+    blocker.write_text('x')
+    options = small_demo(tmp_path)
+    setattr(options, option, str(blocker / option))
+    with pytest.raises(ToolError, match=f'--{option} .* is a file'):
+        run_demo(options, log=lambda line: None)
+    assert not (tmp_path / 'data').exists()  # nothing generated

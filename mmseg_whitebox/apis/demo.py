@@ -39,6 +39,7 @@ from mmseg_whitebox.datasets.synthetic_ade20k import (SyntheticADE20KSpec,
                                                       load_meta, sample_name)
 from mmseg_whitebox.engine.hooks import LAST_CHECKPOINT
 from mmseg_whitebox.utils.atomic import write_json
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .demo_models import (DEFAULT_MODELS, DEMO_MODELS, data_options,
                           freeze_options, schedule_options)
@@ -132,7 +133,8 @@ def run_demo(options: Optional[DemoOptions] = None,
     sweep (clean, removed, usage per layer, mIoU per sigma)."""
     options = options or DemoOptions()
     start = time.time()
-    os.makedirs(options.out, exist_ok=True)
+    check_writable_folder(options.out, '--out')
+    check_writable_folder(options.data, '--data')
     log('== 1. synthetic ADE20K-layout data '
         f'({options.dataset.variant} variant)')
     data_root = generate_synthetic_ade20k(options.data, options.dataset)

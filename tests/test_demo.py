@@ -33,7 +33,7 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
     assert osp.isfile(cbsa['inference']['overlay'])
     assert osp.isfile(summary['robustness_plot'])
     assert cbsa['decoder_params'] > 0 and cbsa['decoder_gflops_512'] > 0
-    assert 0 <= summary['chance_miou'] <= cbsa['mIoU'] + 100
+    assert 0 < summary['chance_miou'] < 100
 
     # the figures are those the test loop and the sweep wrote
     [metrics] = list((out / 'cbsa' / 'test').glob('*/*.json'))

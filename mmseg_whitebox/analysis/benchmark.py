@@ -118,19 +118,18 @@ class Benchmark:
 
     def run(self, out: str, sizes: Sequence[Tuple[int, int]],
             measure: Callable[[Tuple[int, int]], List[Dict]], setup: Dict,
-            title: str, slope_keys: Optional[Sequence[str]] = None,
+            title: str, slope_keys: Sequence[str] = reporting.SLOPE_KEYS,
             **plot_keys: Sequence[str]) -> Dict:
         """A whole run after its models are built: ``measure(size)``'s rows
         for every size (:func:`measure_sizes`), the baselines' ratios, the
-        slopes of ``slope_keys`` (default: :func:`.report.slopes`'), and
+        slopes of ``slope_keys``, and
         the report files in ``out`` (:func:`.report.write_report`, titled
         ``title``, curves ``plot_keys``). Returns the report: ``setup``
         (the machine and the settings), ``results`` and ``slopes``."""
         rows = measure_sizes(sizes, measure)
         self.add_ratios(rows)
-        fits = (reporting.slopes(rows) if slope_keys is None else
-                reporting.slopes(rows, slope_keys))
-        report = dict(setup, results=rows, slopes=fits)
+        report = dict(setup, results=rows,
+                      slopes=reporting.slopes(rows, slope_keys))
         # (the old names benchmark.slopes / write_report moved to .report:
         # used through the module, so they stay out of this namespace)
         reporting.write_report(out, report, self.markdown_table(rows),

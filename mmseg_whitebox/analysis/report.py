@@ -76,8 +76,11 @@ def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return sxy / sxx
 
 
-def slopes(rows: List[Dict],
-           keys: Sequence[str] = ('fwd_ms', 'train_ms', 'mem_fwd', 'flops')
+#: the costs whose log-log slope against tokens a report gives by default
+SLOPE_KEYS = ('fwd_ms', 'train_ms', 'mem_fwd', 'flops')
+
+
+def slopes(rows: List[Dict], keys: Sequence[str] = SLOPE_KEYS
            ) -> Dict[str, Dict[str, float]]:
     """Per head (row ``'head'``), the log-log slope of each cost in
     ``keys`` against tokens."""

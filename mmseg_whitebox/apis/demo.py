@@ -109,6 +109,15 @@ class DemoOptions:
         # the sweep's own checks (seeds, sigmas), before any work
         self.sweep_options(name='', out='')
 
+    def run_options(self, data_root: str) -> Dict[str, Any]:
+        """The config options of every run: the data, then
+        ``cfg_options``."""
+        return {**data_options(data_root), **(self.cfg_options or {})}
+
+    def sweep_dir(self, name: str) -> str:
+        """The results folder of demo model ``name``'s sweep."""
+        return osp.join(self.out, 'robustness', name)
+
     def sweep_options(self, **kwargs: Any) -> Any:
         from mmseg_whitebox.robustness import NoiseSweepOptions
         return NoiseSweepOptions(sigmas=tuple(self.sigmas), seeds=self.seeds,
@@ -168,12 +177,12 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
     """Steps 2 to 4 for one demo model."""
     from mmseg.apis import init_model
     config = DEMO_MODELS[name]
-    data = {**data_options(data_root), **(options.cfg_options or {})}
+    path = config_path(config)
+    data = options.run_options(data_root)
     work_dir = osp.join(options.out, name)
     train_cfg = runner_config(
-        config_path(config),
-        {**schedule_options(options.iters),
-         **freeze_options(options.freeze_encoder), **data}, work_dir)
+        path, {**schedule_options(options.iters),
+               **freeze_options(options.freeze_encoder), **data}, work_dir)
     log(f'== 2. train {name}: {config}')
     ckpt = final_checkpoint(work_dir)
     max_iters = train_cfg.train_cfg.max_iters
@@ -190,10 +199,9 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
         log(f'[{name}] trained in {time.time() - started:.0f}s')
     log(f'== 3. test {name}')
     metrics = evaluate_checkpoint(
-        runner_config(config_path(config), data,
-                      osp.join(work_dir, 'test')), ckpt)
+        runner_config(path, data, osp.join(work_dir, 'test')), ckpt)
     log(f'== 4. inference {name} (mmseg.apis)')
-    model = init_model(config_path(config), ckpt, device='cpu')
+    model = init_model(path, ckpt, device='cpu')
     overlay = _infer_and_draw(model, data_root,
                               osp.join(options.out, f'overlay_{name}.png'))
     return dict(config=config, checkpoint=ckpt,
@@ -246,7 +254,7 @@ def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
     """Step 5 for one model: its sweep (continued where a finished or
     interrupted one left off, unless ``retrain``), summarised."""
     from mmseg_whitebox.robustness import run_noise_sweep
-    out = osp.join(options.out, 'robustness', name)
+    out = options.sweep_dir(name)
     results = osp.join(out, 'results.json')
     resume = osp.isfile(results)
     if resume and options.retrain:
@@ -254,9 +262,8 @@ def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
         resume = False
     sweep = options.sweep_options(name=name, out=out, resume=resume,
                                   work_dir=osp.join(out, 'runs'),
-                                  cfg_options={
-                                      **data_options(data_root),
-                                      **(options.cfg_options or {})})
+                                  cfg_options=options.run_options(
+                                      data_root))
     found = run_noise_sweep(config_path(model['config']), model['checkpoint'],
                             sweep, log=log)
     return dict(
@@ -271,8 +278,7 @@ def _plot_sweeps(names: Sequence[str], options: DemoOptions) -> str:
     title = 'Decoder-attention noise, synthetic context data'
     if options.freeze_encoder:
         title += ', frozen encoder'
-    return plot_folders([osp.join(options.out, 'robustness', n)
-                         for n in names],
+    return plot_folders([options.sweep_dir(n) for n in names],
                         osp.join(options.out, 'robustness.png'), title=title)
 
 

@@ -229,7 +229,8 @@ def smooth_image(h: int, w: int, seed: int = 0) -> np.ndarray:
 IMAGES = {
     # 71x256: lower than the window (its windows are cut to 71 rows)
     'below_window': (47, 170),
-    # 128x213: non-square, 3 overlapping windows along the width
+    # 128x213: non-square, 2 overlapping windows along the width (the
+    # 71x256 and 96x256 inputs have 3)
     'above_window': (120, 200),
     # 94x256, padded by the data preprocessor to 96x256 (size_divisor 32),
     # and by the graph to whole 8-pixel patches

@@ -15,8 +15,8 @@ settings :func:`deployment_metadata` stores in the graph's metadata.
 
 **Exporter.** torch's dynamo exporter (``torch.onnx.export(...,
 dynamo=True)``, via ``torch.export``), standard ONNX operators only (the
-export fails on anything else). Two things made earlier graphs run at
-the export size only; both are handled without custom operators:
+export fails on anything else). Three things made earlier graphs run at
+the export size only; all three are handled without custom operators:
 
 * mmseg's ``VisionTransformer`` resizes its position embedding only when
   the token count differs from the training grid, a Python ``if`` that

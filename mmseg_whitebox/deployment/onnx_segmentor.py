@@ -21,7 +21,12 @@ the settings the exporter stores in the graph's metadata
    resized) image as the decode head does, the padding cut off, the
    bilinear resize to the original image (PyTorch's source coordinates,
    in float32) and the argmax (one output channel: ``sigmoid >
-   threshold``).
+   threshold``). The resize goes along the width first, for the whole
+   map: one ``(C, h, W)`` float map at the network input's height ``h``
+   and the image's width ``W``; then along the height and through the
+   argmax a band of output rows at a time (:func:`resize_argmax`), so
+   the memory grows with the image's width but no ``(C, H, W)`` map is
+   made unless the logits are asked for.
 
 Only the standard library, numpy, OpenCV and onnxruntime are imported, so
 the file also runs on its own on a machine without torch or mmseg (copy
@@ -60,7 +65,8 @@ CV2_INTERPOLATION = {
 #: the graph's outputs: the logits resized to the input size, and the
 #: decode head's logits before that resize
 OUTPUT_NAMES = ('seg_logits', 'head_logits')
-#: float buffers of one band of output rows in the final resize
+#: float buffers of one band of output rows in the height pass of the
+#: final resize
 DEFAULT_TILE_BYTES = 16 * 1024**2
 #: what to tell the owner of a graph this module cannot read
 REEXPORT = ('re-export it with tools/deployment/export_onnx.py CONFIG '
@@ -234,9 +240,12 @@ def resize_argmax(logits: np.ndarray, size: Shape,
     """``(labels, logits)``: the argmax (int64, ``(H, W)``) of ``logits``
     ``(C, h, w)`` resized bilinearly to ``size`` and, ``with_logits``, the
     resized logits ``(C, H, W)`` (one channel: the sigmoid, labels
-    ``sigmoid > threshold``, as mmseg). Without the logits it works a band
-    of output rows at a time (``tile_bytes`` of float buffers), never
-    holding a full-resolution float map."""
+    ``sigmoid > threshold``, as mmseg). The width pass (``_lerp`` along
+    the width) runs once on the whole map and holds ``(C, h, W)`` floats,
+    bounded by the input's height, not the output's width. Without the
+    logits the height pass and the argmax then go a band of output rows at
+    a time (``tile_bytes`` of float buffers for each band), so no ``(C, H,
+    W)`` map is held; with them, one band of all rows."""
     channels = logits.shape[0]
     out_h, out_w = size
     if channels == 1 and threshold is None:
@@ -316,8 +325,9 @@ class OnnxSegmentor:
         providers: onnxruntime execution providers, names or ``(name,
             options)`` pairs, in order of preference (default: the CPU).
         threads: onnxruntime's intra-op threads (default: its choice).
-        tile_bytes: float buffers of one band of output rows when the
-            logits are not asked for.
+        tile_bytes: float buffers of one band of output rows in the
+            height pass of the final resize, when the logits are not
+            asked for (the width pass before it is not banded).
 
     Example::
 

@@ -2,7 +2,7 @@
 finish.
 
 For every selection (all attention layers, or one layer at a time) and
-every sigma, ``num_seeds`` noise draws are evaluated; each draw perturbs the
+every sigma, ``draws`` noise draws are evaluated; each draw perturbs the
 selected parameters, evaluates, and restores them bit for bit. Per sigma
 the mean, std, min and max of mIoU, aAcc and mAcc over the draws are kept,
 with the fraction of non-finite logits. Two references come with every

@@ -1,12 +1,18 @@
 """mmseg_whitebox: white-box attention decoders for MMSegmentation 1.x.
 
-Importing the package first applies :mod:`mmseg_whitebox.compat` (only the
+Importing the package checks the torch version, then applies :mod:`mmseg_whitebox.compat` (only the
 fixes this environment needs), then registers every module with mmseg's
 registries, so configs can say ``custom_imports=dict(imports=
 ['mmseg_whitebox'])`` and mmseg's own tools and APIs can use them, and
 adds this project's metafiles to the names ``MMSegInferencer`` resolves.
 """
-from . import compat
+import torch
+
+from .version import check_torch
+
+check_torch(torch.__version__)  # before anything touches torch's newer API
+
+from . import compat  # noqa: E402
 
 compat.apply()
 

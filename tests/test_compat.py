@@ -335,3 +335,18 @@ def test_checkpoint_loader_is_weights_only():
     from mmengine.runner.checkpoint import CheckpointLoader
     loader = CheckpointLoader._get_checkpoint_loader('/some/local.pth')
     assert loader is compat.load_from_local_weights_only
+
+
+def test_an_old_torch_is_refused_at_import_with_what_to_do():
+    """The import-time check of the supported torch range (mmseg 1.2.2's
+    stack starts at torch 2.1): older releases are refused naming the
+    found and the needed version; 2.1 and everything newer pass."""
+    from mmseg_whitebox.version import MIN_TORCH, check_torch
+    assert MIN_TORCH == (2, 1)
+    for ok in ('2.1.2', '2.1.0+cu121', '2.13.0+cpu', '3.0.0a0', '10.0'):
+        check_torch(ok)
+    with pytest.raises(ImportError, match=r'needs torch >= 2\.1, found '
+                       r'torch 2\.0\.1\+cu118: install torch >= 2\.1'):
+        check_torch('2.0.1+cu118')
+    with pytest.raises(ImportError, match='found torch 1.13.1'):
+        check_torch('1.13.1')

@@ -519,3 +519,26 @@ def test_amp_device_problem(monkeypatch):
     assert 'no bfloat16' in amp_device_problem('bfloat16')
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda: True)
     assert amp_device_problem('bfloat16') is None
+
+
+@pytest.mark.parametrize('pre_2_4', [False, True], ids=['torch', 'pre-2.4'])
+def test_autocast_query_on_every_torch(pre_2_4, monkeypatch):
+    """The operators' autocast query answers the same through torch 2.4's
+    ``get_autocast_dtype`` and through the CPU/CUDA function pairs of
+    torch 2.1-2.3 (the latter forced here where torch has both; the
+    legacy stack runs it for real)."""
+    if pre_2_4:
+        if not hasattr(torch, 'is_autocast_cpu_enabled'):
+            pytest.skip('this torch no longer has the pre-2.4 queries')
+        monkeypatch.setattr(precision, 'DEVICE_TYPE_QUERIES', False)
+        warnings.filterwarnings('ignore', category=FutureWarning)
+    elif not precision.DEVICE_TYPE_QUERIES:
+        pytest.skip(f'torch {torch.__version__} has no get_autocast_dtype')
+    assert precision.autocast_dtype('cpu') is None
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast('cpu', dtype=dtype):
+            assert precision.autocast_dtype('cpu') == dtype
+            assert precision.float16_autocast(torch.zeros(1)) == (
+                dtype == torch.float16)
+            assert precision.autocast_dtype('cuda') is None
+    assert precision.autocast_dtype('cpu') is None

@@ -24,17 +24,39 @@ as before.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
+
+
+#: torch >= 2.4: ``is_autocast_enabled(device_type)`` and
+#: ``get_autocast_dtype(device_type)``
+DEVICE_TYPE_QUERIES = hasattr(torch, 'get_autocast_dtype')
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype autocast runs ``device_type``'s products in, ``None``
+    outside autocast. One query for every torch the package supports:
+    torch 2.4 took a device type in ``is_autocast_enabled`` and added
+    ``get_autocast_dtype``; torch 2.1-2.3 have one function pair for CUDA
+    and one for the CPU (and deprecate nothing)."""
+    if DEVICE_TYPE_QUERIES:
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+    if device_type == 'cpu':
+        return (torch.get_autocast_cpu_dtype()
+                if torch.is_autocast_cpu_enabled() else None)
+    if device_type == 'cuda':
+        return (torch.get_autocast_gpu_dtype()
+                if torch.is_autocast_enabled() else None)
+    return None  # no autocast query for other devices before torch 2.4
 
 
 def float16_autocast(x: torch.Tensor) -> bool:
     """Whether ``x``'s device runs under a float16 autocast (then the
     operators keep the statistics above in float32)."""
-    device = x.device.type
-    return (torch.is_autocast_enabled(device)
-            and torch.get_autocast_dtype(device) == torch.float16)
+    return autocast_dtype(x.device.type) == torch.float16
 
 
 @contextlib.contextmanager

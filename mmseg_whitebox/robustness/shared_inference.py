@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from ..deployment.onnx_segmentor import slide_windows
 from mmseg_whitebox.engine.hooks import count_nonfinite
+from mmseg_whitebox.ops.precision import autocast_dtype
 
 Window = Tuple[int, int, int, int]  # y1, y2, x1, x2
 
@@ -130,7 +131,7 @@ class HeadInference:
         device = self.model.data_preprocessor.device.type
         if cls.predict is not BaseDecodeHead.predict or \
                 cls.predict_by_feat is not BaseDecodeHead.predict_by_feat or \
-                torch.is_autocast_enabled(device):
+                autocast_dtype(device) is not None:
             # (autocast computes the resize in float32, its out= variant
             # in the head's dtype)
             return head.predict(feats, metas, self.model.test_cfg)

@@ -74,9 +74,7 @@ $(STAMP): $(PY) requirements.txt $(STACK_CONSTRAINTS) pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) torch==2.13.0
 	$(install_$(STACK))
 	$(PY) -c "import mmseg_whitebox, mmseg.models; print('mmseg_whitebox', mmseg_whitebox.__version__, 'compat:', mmseg_whitebox.compat.STATUS)"
-	@# the startup hook is opt-in (docs/install.md): nothing is written into
-	@# site-packages besides the packages
-	@echo "import order: import mmseg_whitebox before timm/torchvision/mmseg.apis, or opt into the startup hook: $(PY) -m mmseg_whitebox.startup --install (--status says what it does)"
+	@echo "import order: import mmseg_whitebox before timm/torchvision/mmseg.apis"
 	touch $(STAMP)
 
 demo: $(STAMP)

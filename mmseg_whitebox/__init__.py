@@ -19,9 +19,6 @@ compat.apply()
 from . import datasets, engine, models  # noqa: E402,F401  (registration)
 from .apis import register_model_index  # noqa: E402
 from .version import __version__  # noqa: E402
-from . import _moved  # noqa: E402
-
-_moved.install()  # the names moved in this release, with a FutureWarning
 
 # MMSegInferencer(model=<config name>) finds this project's configs too
 register_model_index()

@@ -69,11 +69,9 @@ anything imports mmseg, and applies only the fixes a given environment needs:
 (:func:`stack`: ``default`` = mmsegmentation 1.2.2 / mmengine / mmcv-lite,
 ``onedl`` = the onedl-* fork).
 
-A startup hook that users opt into (:mod:`mmseg_whitebox.startup`,
-``python -m mmseg_whitebox.startup --install``) applies each fix when what
-it fixes is first imported, for scripts that import torchvision, timm or
-``mmseg.apis`` before this package; :func:`apply` then finds them in
-place.
+A script that imports torchvision, timm or ``mmseg.apis`` before this
+package meets the failures above: import ``mmseg_whitebox`` first (the
+configs' ``custom_imports`` do so for every tool).
 """
 from __future__ import annotations
 
@@ -98,12 +96,12 @@ import torch
 #: functions: calling one raises the stand-in's error
 COMPILED_MMCV_FUNCTIONS = ('sigmoid_focal_loss', )
 #: ``nn.Module`` classes: real classes (``isinstance`` checks and
-#: subclassing work); creating an instance raises. DeformConv2dPack is
-#: imported by mmsegmentation 1.2.2's own unit tests
-#: (tests/test_models/test_backbones/test_resnet.py), which must still run
-#: with this package imported (``make mmseg-tests``)
+#: subclassing work); creating an instance raises
 COMPILED_MMCV_CLASSES = ('CrissCrossAttention', 'PSAMask')
-#: classes mmseg's own unit tests import (not its package)
+#: classes mmseg's own unit tests import (not its package), made the same
+#: way: DeformConv2dPack is imported by mmsegmentation 1.2.2's
+#: tests/test_models/test_backbones/test_resnet.py, which must still run
+#: with this package imported (``make mmseg-tests``)
 COMPILED_MMCV_TEST_CLASSES = ('DeformConv2dPack', )
 #: every compiled op the stand-in provides
 COMPILED_MMCV_OPS = (COMPILED_MMCV_FUNCTIONS + COMPILED_MMCV_CLASSES +
@@ -157,12 +155,7 @@ def patch_torchvision() -> bool:
     global _TORCHVISION_LIB
     if _TORCHVISION_LIB is not None:
         return True
-    needed = torchvision_needs_shim()
-    # looking torchvision up runs the startup hook, which may have just
-    # installed the shim (then the op exists and the check says "not needed")
-    if _TORCHVISION_LIB is not None:
-        return True
-    if not needed:
+    if not torchvision_needs_shim():
         return False
     lib = torch.library.Library('torchvision', 'DEF')
     how = ('this torchvision wheel was built for CUDA and its compiled ops '
@@ -444,35 +437,18 @@ def stack() -> Dict[str, str]:
     return found
 
 
-#: every fix, ``name: function``, in the order :func:`apply` applies them
-#: (the startup hook, :mod:`mmseg_whitebox.startup`, applies each one on its
-#: own when what it fixes is imported)
-FIXES: Dict[str, str] = {
-    'torchvision_shim': 'patch_torchvision',
-    'mmcv_ops_shim': 'patch_mmcv_ops',
-    'weights_only_loader': 'patch_checkpoint_loader',
-    'no_unsafe_load_fallback': 'patch_safe_torch_load',
-    'resume_replays_skipped_batches': 'patch_resume_skip',
-}
-
-
-def apply_fix(name: str) -> bool:
-    """Apply the fix ``name`` (a key of :data:`FIXES`) if this environment
-    needs it; idempotent. Returns whether it is in effect (also recorded in
-    :data:`STATUS`)."""
-    STATUS[name] = globals()[FIXES[name]]()
-    return STATUS[name]
-
-
 def apply() -> Dict[str, Any]:
-    """Apply every fix this environment needs; safe to call repeatedly,
-    also after the startup hook applied some of them.
+    """Apply every fix this environment needs; safe to call repeatedly.
 
     Returns a dict ``{fix name: applied?, 'stack': stack()}`` (also kept in
     :data:`STATUS`).
     """
-    for name in FIXES:
-        apply_fix(name)
+    STATUS.update(
+        torchvision_shim=patch_torchvision(),
+        mmcv_ops_shim=patch_mmcv_ops(),
+        weights_only_loader=patch_checkpoint_loader(),
+        no_unsafe_load_fallback=patch_safe_torch_load(),
+        resume_replays_skipped_batches=patch_resume_skip())
     if 'stack' not in STATUS:
         STATUS['stack'] = stack()
     return dict(STATUS)

@@ -1,11 +1,10 @@
 """What each fix of :mod:`mmseg_whitebox.compat` changes, as probes that run
 unchanged with the fixes off and on.
 
-Off: ``python tests/_compat_probes.py OUT.json ...`` in a fresh interpreter
-with the startup hook switched off; nothing here imports
-``mmseg_whitebox`` (the report lists what of it was imported). On: the
-same functions in the test process, where ``import mmseg_whitebox`` applied
-the fixes. Every probe returns plain data (JSON), so both sides compare.
+Off: ``python tests/_compat_probes.py OUT.json ...`` in a fresh
+interpreter; nothing here imports ``mmseg_whitebox`` (the report lists what
+of it was imported). On: the same functions in the test process, where
+``import mmseg_whitebox`` applied the fixes. Every probe returns plain data (JSON), so both sides compare.
 """
 from __future__ import annotations
 
@@ -204,10 +203,10 @@ def main(argv: list) -> None:
     out, *files = argv
     report = probe_all(*files)
     compat = load_compat_alone()
-    for fix in ('mmcv_ops_shim', 'torchvision_shim'):
+    for fix, patch in (('mmcv_ops_shim', compat.patch_mmcv_ops),
+                       ('torchvision_shim', compat.patch_torchvision)):
         report[f'import mmseg.models after {fix}'] = {
-            'applied': compat.apply_fix(fix),
-            'outcome': import_outcome('mmseg.models')}
+            'applied': patch(), 'outcome': import_outcome('mmseg.models')}
     report['mmseg_whitebox modules'] = sorted(
         m for m in sys.modules if m.split('.')[0] == 'mmseg_whitebox')
     with open(out, 'w', encoding='utf-8') as f:

@@ -1,6 +1,6 @@
 """The compatibility layer: what breaks without each fix on this stack
 (the probes of ``_compat_probes.py`` in a fresh interpreter with no fix:
-the startup hook off, ``mmseg_whitebox`` never imported) and that the same
+``mmseg_whitebox`` never imported) and that the same
 probes succeed with it (this process, after ``import mmseg_whitebox``);
 what it patches, and that it leaves alone what does not need patching."""
 import ast
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import _compat_probes as probes
-from mmseg_whitebox import compat, startup
+from mmseg_whitebox import compat
 
 #: the OpenMMLab stack of this environment ('default' or 'onedl')
 STACK = compat.stack()['name']
@@ -41,7 +41,7 @@ def unfixed(tmp_path_factory):
     """The probes without any fix, in a fresh interpreter."""
     folder = tmp_path_factory.mktemp('unfixed')
     out = folder / 'report.json'
-    env = dict(os.environ, **{startup.DISABLE_ENV: '0'})
+    env = dict(os.environ)
     env.pop('PYTHONPATH', None)
     proc = subprocess.run(
         [sys.executable, probes.__file__, str(out)] + _probe_files(folder),
@@ -227,7 +227,8 @@ def test_mmcv_ops_standin_with_mmcv_lite():
 
 @needs_mmcv_ops_standin
 def test_mmcv_ops_standin_has_a_spec():
-    """The startup hook hands this spec to the import system; submodules
+    """``importlib.util.find_spec('mmcv.ops')`` answers with the
+    stand-in's spec (no ValueError for a spec-less module); submodules
     resolve from mmcv's own ops folder."""
     import mmcv.ops
     spec = importlib.util.find_spec('mmcv.ops')

@@ -70,39 +70,6 @@ def test_joint_heads_follow_the_mask_frame(name):
     torch.testing.assert_close(head([feat]), masks)
 
 
-def test_old_configs_still_build_with_a_deprecation_warning():
-    """Operator settings at head level and the name DEPICTHead (earlier
-    releases) build the same head as the attn_cfg form."""
-    from mmseg.registry import MODELS
-    init_default_scope('mmseg')
-    common = dict(in_channels=24, channels=24, num_classes=7, num_layers=2)
-    pairs = [
-        (dict(type='CBSAHead', num_heads=2, head_dim=6, rep_grid=(3, 3)),
-         dict(type='CBSAHead',
-              attn_cfg=dict(type='CBSA', num_heads=2, head_dim=6,
-                            rep_grid=(3, 3)))),
-        (dict(type='DEPICTHead', mode='ca', num_heads=2, head_dim=6,
-              cross_head_dim=4),
-         dict(type='MSSAHead', mode='ca',
-              attn_cfg=dict(type='MSSA', num_heads=2, head_dim=6),
-              cross_attn_cfg=dict(head_dim=4))),
-    ]
-    for old, new in pairs:
-        torch.manual_seed(0)
-        with pytest.warns(DeprecationWarning):
-            old_head = MODELS.build(dict(old, **common))
-        torch.manual_seed(0)
-        new_head = MODELS.build(dict(new, **common))
-        assert str(old_head).split('\n', 1)[1] == \
-            str(new_head).split('\n', 1)[1]  # all but the class name
-        assert isinstance(old_head, type(new_head))
-        for (key, value), (new_key, new_value) in zip(
-                old_head.state_dict().items(),
-                new_head.state_dict().items()):
-            assert key == new_key
-            torch.testing.assert_close(value, new_value)
-
-
 def test_mssa_ca_cross_attends_with_class_queries():
     torch.manual_seed(0)
     head = build_head('mssa-ca').eval()

@@ -33,10 +33,8 @@ LAYERS = {
 ROOT_MODULES = {
     f'{PACKAGE}.compat': 0,
     f'{PACKAGE}.version': 0,
-    f'{PACKAGE}.startup': 0,
     f'{PACKAGE}.commands': 6,
     f'{PACKAGE}.__main__': 6,
-    f'{PACKAGE}._moved': 6,
 }
 
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from _helpers import DEMO_SEGMENTER, REPO, run_tool, small_run_options
-from mmseg_whitebox.startup import DISABLE_ENV
 
 
 @pytest.fixture(scope='module')
@@ -164,7 +163,7 @@ def test_mmseg_apis_on_saved_checkpoint(trained, tmp_path):
 def test_mmsegs_own_train_tool_uses_the_configs(tiny_ade, tmp_path):
     """custom_imports lets mmseg's own tools/train.py run our configs: the
     config imports mmseg_whitebox (and so applies the compat layer) before
-    anything needs it, so no startup hook is needed (switched off here)."""
+    anything needs it."""
     import mmseg
     tool = osp.join(osp.dirname(mmseg.__file__), '.mim', 'tools',
                     'train.py')
@@ -174,8 +173,7 @@ def test_mmsegs_own_train_tool_uses_the_configs(tiny_ade, tmp_path):
     proc = subprocess.run(
         [sys.executable, tool, DEMO_SEGMENTER, '--work-dir',
          str(tmp_path / 'run'), '--cfg-options'] + opts,
-        cwd=str(tmp_path), capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, **{DISABLE_ENV: '0'}))
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     torch.load(tmp_path / 'run' / 'iter_2.pth', weights_only=True)
 

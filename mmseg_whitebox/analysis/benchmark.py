@@ -130,8 +130,6 @@ class Benchmark:
         self.add_ratios(rows)
         report = dict(setup, results=rows,
                       slopes=reporting.slopes(rows, slope_keys))
-        # (the old names benchmark.slopes / write_report moved to .report:
-        # used through the module, so they stay out of this namespace)
         reporting.write_report(out, report, self.markdown_table(rows),
                                title, **plot_keys)
         return report

@@ -6,15 +6,15 @@ Segmenter's test-time upsampling."""
 from . import layers, losses
 from .backbones import WhiteBoxViT
 from .data_preprocessors import ShortSideDataPreProcessor
-from .decode_heads import (CBSAHead, DEPICTHead, JointTokenHead,
-                           MaskClassificationHead, MSSAHead,
-                           SegmenterMaskTransformerHeadReleasedInit, TSSAHead)
+from .decode_heads import (CBSAHead, JointTokenHead, MaskClassificationHead,
+                           MSSAHead, SegmenterMaskTransformerHeadReleasedInit,
+                           TSSAHead)
 from .segmentors import (BandedLossEncoderDecoder,
                          BoundedMemoryEncoderDecoder)
 
 __all__ = [
     'BandedLossEncoderDecoder', 'BoundedMemoryEncoderDecoder', 'CBSAHead',
-    'DEPICTHead', 'JointTokenHead', 'MaskClassificationHead', 'MSSAHead',
+    'JointTokenHead', 'MaskClassificationHead', 'MSSAHead',
     'SegmenterMaskTransformerHeadReleasedInit', 'ShortSideDataPreProcessor',
     'TSSAHead', 'WhiteBoxViT', 'layers', 'losses'
 ]

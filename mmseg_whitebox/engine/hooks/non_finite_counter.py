@@ -41,22 +41,8 @@ class NonFiniteCounter(Hook):
     the model's forward calls in the block instead, whatever runs them
     (:attr:`fraction` is then the sweep's ``nonfinite_fraction``)."""
 
-    def __init__(self, model: Optional[nn.Module] = None) -> None:
-        # ``model``: the 0.x ``robustness.NonFiniteCounter(model)`` context
-        # manager, kept for one release (use ``watching(model)``)
-        self._model = model
-        self._watch: Any = None
+    def __init__(self) -> None:
         self.reset()
-
-    def __enter__(self) -> 'NonFiniteCounter':
-        if self._model is None:
-            raise TypeError('use `with counter.watching(model):`')
-        self._watch = self.watching(self._model)
-        return self._watch.__enter__()
-
-    def __exit__(self, *exc: Any) -> bool:
-        self._watch.__exit__(*exc)
-        return False
 
     def reset(self) -> None:
         self.images = 0

@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 from mmseg.registry import MODELS
 
-from .mask_classification_head import JointTokenHead, merge_attn_cfg
+from .mask_classification_head import JointTokenHead
 
 CBSA_DEFAULTS = dict(type='CBSA', num_heads=3, head_dim=100,
                      rep_grid=(10, 10), out_proj='linear')
@@ -34,5 +34,5 @@ class CBSAHead(JointTokenHead):
                  num_layers: int = 3,
                  attn_cfg: Optional[Dict[str, Any]] = None,
                  **kwargs) -> None:
-        attn_cfg = merge_attn_cfg('CBSAHead', CBSA_DEFAULTS, attn_cfg, kwargs)
+        attn_cfg = {**CBSA_DEFAULTS, **(attn_cfg or {})}
         super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)

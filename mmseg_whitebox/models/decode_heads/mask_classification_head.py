@@ -9,9 +9,8 @@ and upsampled by mmseg's ``BaseDecodeHead`` as usual.
 """
 from __future__ import annotations
 
-import warnings
 from abc import abstractmethod
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,35 +21,6 @@ from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 
 from mmseg_whitebox.ops import SubspaceAttention
 from ..layers import PreNormResidual
-
-#: operator settings that heads used to take directly (before attn_cfg):
-#: head-level name -> operator argument
-LEGACY_ATTN_ARGS = {
-    name: name
-    for name in ('num_heads', 'head_dim', 'rep_grid', 'out_proj',
-                 'basis_init')
-}
-
-
-def merge_attn_cfg(head: str,
-                   default: Dict[str, Any],
-                   attn_cfg: Optional[Dict[str, Any]],
-                   kwargs: Dict[str, Any],
-                   legacy_args: Mapping[str, str] = LEGACY_ATTN_ARGS,
-                   cfg_name: str = 'attn_cfg') -> Dict[str, Any]:
-    """``default`` updated by ``attn_cfg``, then by operator settings still
-    given at head level in ``kwargs`` (the ``legacy_args`` names, popped
-    and renamed, with a deprecation warning: configs of earlier releases
-    keep working)."""
-    legacy = {name: kwargs.pop(name) for name in legacy_args
-              if name in kwargs}
-    if legacy:
-        warnings.warn(
-            f'{head}: {", ".join(sorted(legacy))} at head level is '
-            f'deprecated; give them in {cfg_name}=dict(...)',
-            DeprecationWarning, stacklevel=3)
-    return {**default, **(attn_cfg or {}),
-            **{legacy_args[name]: value for name, value in legacy.items()}}
 
 
 def _copy_by_image(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,13 @@
 """The MSSA head: the DEPICT decoders (Wen & Li, NeurIPS 2024)."""
 from __future__ import annotations
 
-import warnings
 from typing import Any, Dict, Optional
 
 from mmcv.cnn import build_norm_layer
 from mmseg.registry import MODELS
 
 from ..layers import CrossPreNormResidual
-from .mask_classification_head import JointTokenHead, merge_attn_cfg
+from .mask_classification_head import JointTokenHead
 
 MODES = ('sa', 'ca')
 MSSA_DEFAULTS = dict(type='MSSA', num_heads=3, head_dim=100,
@@ -49,12 +48,8 @@ class MSSAHead(JointTokenHead):
                  **kwargs) -> None:
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        name = type(self).__name__
-        attn_cfg = merge_attn_cfg(name, MSSA_DEFAULTS, attn_cfg, kwargs)
-        cross_cfg = merge_attn_cfg(name, {**attn_cfg, **CROSS_DEFAULTS},
-                                   cross_attn_cfg, kwargs,
-                                   legacy_args=dict(cross_head_dim='head_dim'),
-                                   cfg_name='cross_attn_cfg')
+        attn_cfg = {**MSSA_DEFAULTS, **(attn_cfg or {})}
+        cross_cfg = {**attn_cfg, **CROSS_DEFAULTS, **(cross_attn_cfg or {})}
         super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)
         self.mode = mode
         if mode != 'ca':
@@ -73,13 +68,3 @@ class MSSAHead(JointTokenHead):
             classes = layer(classes, patches)
         return patches, self.class_norm(classes)
 
-
-@MODELS.register_module()
-class DEPICTHead(MSSAHead):
-    """Deprecated name of :class:`MSSAHead` (kept for one release)."""
-
-    def __init__(self, **kwargs) -> None:
-        warnings.warn('DEPICTHead is deprecated: use MSSAHead (same '
-                      'arguments, in attn_cfg)', DeprecationWarning,
-                      stacklevel=2)
-        super().__init__(**kwargs)

@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 from mmseg.registry import MODELS
 
-from .mask_classification_head import JointTokenHead, merge_attn_cfg
+from .mask_classification_head import JointTokenHead
 
 TSSA_DEFAULTS = dict(type='TSSA', num_heads=3, head_dim=100,
                      out_proj='linear')
@@ -27,5 +27,5 @@ class TSSAHead(JointTokenHead):
                  num_layers: int = 3,
                  attn_cfg: Optional[Dict[str, Any]] = None,
                  **kwargs) -> None:
-        attn_cfg = merge_attn_cfg('TSSAHead', TSSA_DEFAULTS, attn_cfg, kwargs)
+        attn_cfg = {**TSSA_DEFAULTS, **(attn_cfg or {})}
         super().__init__(num_layers=num_layers, attn_cfg=attn_cfg, **kwargs)

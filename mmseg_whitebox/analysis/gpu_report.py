@@ -258,7 +258,7 @@ def run_gpu_report(out_dir: str, device: str = 'cuda',
     of GPU memory is reported as such and the others still run.
     ``ValueError`` for a device torch cannot see, or the GPU sizes asked
     of a CPU (hours: use ``dry_run`` or the benchmark tools)."""
-    from mmseg_whitebox.apis.model_index import resources_root
+    from mmseg_whitebox.engine.model_index import resources_root
     if dry_run:
         device, plan = 'cpu', DRY_RUN_PLAN
     else:

@@ -38,14 +38,14 @@ from mmseg_whitebox.datasets.synthetic_ade20k import (SyntheticADE20KSpec,
                                                       generate_synthetic_ade20k,
                                                       load_meta, sample_name)
 from mmseg_whitebox.engine.hooks import LAST_CHECKPOINT
+from mmseg_whitebox.engine.model_index import config_path
+from mmseg_whitebox.engine.runner_config import runner_config
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .demo_models import (DEFAULT_MODELS, DEMO_MODELS, data_options,
                           freeze_options, schedule_options)
 from .evaluation import evaluate_checkpoint
-from .model_index import config_path
-from .runner_config import runner_config
 from .training import train_model
 
 Log = Callable[[str], None]
@@ -231,8 +231,9 @@ def _infer_and_draw(model: Any, data_root: str,
     import numpy as np
     from mmseg.apis import inference_model
 
-    from .image_demo import dataset_meta
-    from .overlay import config_name, overlay_figure
+    from mmseg_whitebox.visualization.overlay import (config_name,
+                                                      dataset_meta,
+                                                      overlay_figure)
 
     name = sample_name('validation', 0)
     img_path = osp.join(data_root, 'images', 'validation', name + '.jpg')

@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict, Optional
 
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
+from mmseg_whitebox.engine.runner_config import drop_training
 from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
                                                     check_checkpoint_file)
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
@@ -23,7 +24,6 @@ from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                reported_errors)
 from mmseg_whitebox.utils.tool_error import ToolError
 from .run_checks import check_tta, num_classes_problem
-from .runner_config import drop_training
 
 
 def evaluate_checkpoint(cfg: Any,

@@ -4,8 +4,8 @@ images: the logic of ``tools/deployment/onnx_inference.py``.
 Each image is predicted by :class:`~.onnx_segmentor.OnnxSegmentor` (the
 config's test pipeline, normalisation and sliding window around the
 graph, as ``inference_model``) and drawn as the demo's overlay figures
-are (:func:`mmseg_whitebox.apis.overlay.overlay_figure`: the prediction
-on the image, a title naming the model and the image, a legend of the
+are (:func:`mmseg_whitebox.visualization.overlay.overlay_figure`: the
+prediction on the image, a title naming the model and the image, a legend of the
 classes present). Paths, the graph and its metadata are checked before
 any image is predicted; every bad input is a :class:`ToolError`.
 """
@@ -16,11 +16,11 @@ import os.path as osp
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from mmseg_whitebox.apis.image_demo import (check_opacity, list_images,
-                                            output_paths)
-from mmseg_whitebox.apis.overlay import overlay_figure
 from mmseg_whitebox.utils.input_checks import check_image_file
 from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.visualization.images import (check_opacity, list_images,
+                                                 output_paths)
+from mmseg_whitebox.visualization.overlay import overlay_figure
 
 from .onnx_segmentor import OnnxMetadataError, OnnxSegmentor, load_image
 

@@ -1,5 +1,5 @@
 """onnxruntime against PyTorch on the CPU: the time from an image to its
-prediction, :class:`~.onnx_segmentor.OnnxSegmentor` against mmseg's
+prediction, :class:`~mmseg_whitebox.deployment.OnnxSegmentor` against mmseg's
 ``inference_model``, for whole-image inference; the logic of
 ``tools/analysis_tools/benchmark_onnx.py``.
 
@@ -23,12 +23,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.deployment.onnx_export import (SegLogits,
+                                                   deployment_metadata,
+                                                   export_onnx, image_parity)
+from mmseg_whitebox.deployment.onnx_segmentor import OnnxSegmentor
 from mmseg_whitebox.utils.atomic import write_json, write_text
 
-from .onnx_export import (SegLogits, deployment_metadata, export_onnx,
-                          image_parity)
-from .onnx_segmentor import OnnxSegmentor
+from . import benchmark as common
 
 #: the default image: ADE20K's typical 512x683 (the demo configs' test
 #: resize brings it to 128x171)
@@ -69,8 +70,8 @@ def timed_calls(model: torch.nn.Module, segmentor: OnnxSegmentor,
 def measure(name: str, model: torch.nn.Module, segmentor: OnnxSegmentor,
             image: np.ndarray, options: common.BenchmarkOptions) -> Dict:
     """One row: ``segmentor`` (``model``'s graph) checked against
-    ``model`` on ``image`` (:func:`~.onnx_export.image_parity`), and
-    both timed (:func:`timed_calls`)."""
+    ``model`` on ``image`` (:func:`~mmseg_whitebox.deployment.onnx_export.
+    image_parity`), and both timed (:func:`timed_calls`)."""
     parity = image_parity(model, segmentor, image)
     times = common.time_interleaved(
         timed_calls(model, segmentor, image), torch.device('cpu'),

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
                         project_configs, start_report)
 from .complexity import decode_head_complexity
@@ -245,15 +246,19 @@ def run_decoder_benchmark(out: str,
     row per head and size, with the ratios) and ``slopes`` (fitted
     exponents of cost against tokens)."""
     options = options or BenchmarkOptions()
-    torch_device, memory_limit = prepare_run(device, threads,
-                                             memory_limit_gb)
-    built, info = build_heads(list(heads), encoder, torch_device,
-                              options.seed, config_root or project_configs())
-    facts = start_report(out, torch_device, f'ViT-{encoder} features',
-                         options.amp)
-    history: Dict[str, List[Dict]] = {}
-    return BENCHMARK.run(
-        out, sizes, lambda size: measure_size(
-            built, info, size, options, torch_device, history, memory_limit),
-        dict(machine=facts, encoder=encoder, amp=options.amp, heads=info),
-        f'decoders on ViT-{encoder} features')
+    with lock_folder(out, '--out'):  # one run writes there at a time
+        torch_device, memory_limit = prepare_run(device, threads,
+                                                 memory_limit_gb)
+        built, info = build_heads(list(heads), encoder, torch_device,
+                                  options.seed,
+                                  config_root or project_configs())
+        facts = start_report(out, torch_device, f'ViT-{encoder} features',
+                             options.amp)
+        history: Dict[str, List[Dict]] = {}
+        return BENCHMARK.run(
+            out, sizes, lambda size: measure_size(
+                built, info, size, options, torch_device, history,
+                memory_limit),
+            dict(machine=facts, encoder=encoder, amp=options.amp,
+                 heads=info),
+            f'decoders on ViT-{encoder} features')

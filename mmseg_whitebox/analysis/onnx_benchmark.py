@@ -15,7 +15,6 @@ difference of the two predictions come with them.
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
 from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Tuple
@@ -28,6 +27,7 @@ from mmseg_whitebox.deployment.onnx_export import (SegLogits,
                                                    export_onnx, image_parity)
 from mmseg_whitebox.deployment.onnx_segmentor import OnnxSegmentor
 from mmseg_whitebox.utils.atomic import write_json, write_text
+from mmseg_whitebox.utils.run_lock import lock_folder
 
 from . import benchmark as common
 
@@ -115,26 +115,26 @@ def benchmark_onnx(configs: Dict[str, str], out_dir: str,
     ``out_dir``; returns the report."""
     options = options or common.BenchmarkOptions(repeats=5, warmup=1,
                                                  max_seconds=None)
-    device, _ = common.prepare_run('cpu', threads, None)
-    os.makedirs(out_dir, exist_ok=True)
-    facts = common.machine(device)
-    log(common.machine_line(facts, 'onnxruntime vs PyTorch, whole-image '
-                            'inference', None))
-    image = smooth_image(*image_hw, seed=options.seed)
-    models = common.build_models(configs, device, options.seed,
-                                 {'model.test_cfg.mode': 'whole'})
-    rows: List[Dict] = []
-    for name, model in models.items():
-        path = osp.join(out_dir, f'{name}.onnx')
-        export_onnx(model, path, tuple(model.cfg.get('crop_size', None) or
-                                       (512, 512)), dynamic=True,
-                    metadata=deployment_metadata(model))
-        segmentor = OnnxSegmentor(path, threads=threads)
-        rows.append(measure(name, model, segmentor, image, options))
-        log(describe(rows[-1]))
-    report = dict(machine=facts, image=list(image_hw),
-                  repeats=options.repeats, results=rows)
-    write_json(osp.join(out_dir, 'benchmark.json'), report)
-    write_text(osp.join(out_dir, 'benchmark.md'),
-               '\n'.join(describe(r) for r in rows) + '\n')
-    return report
+    with lock_folder(out_dir, '--out'):  # one run writes there at a time
+        device, _ = common.prepare_run('cpu', threads, None)
+        facts = common.machine(device)
+        log(common.machine_line(facts, 'onnxruntime vs PyTorch, whole-image '
+                                'inference', None))
+        image = smooth_image(*image_hw, seed=options.seed)
+        models = common.build_models(configs, device, options.seed,
+                                     {'model.test_cfg.mode': 'whole'})
+        rows: List[Dict] = []
+        for name, model in models.items():
+            path = osp.join(out_dir, f'{name}.onnx')
+            crop = tuple(model.cfg.get('crop_size', None) or (512, 512))
+            export_onnx(model, path, crop, dynamic=True,
+                        metadata=deployment_metadata(model))
+            segmentor = OnnxSegmentor(path, threads=threads)
+            rows.append(measure(name, model, segmentor, image, options))
+            log(describe(rows[-1]))
+        report = dict(machine=facts, image=list(image_hw),
+                      repeats=options.repeats, results=rows)
+        write_json(osp.join(out_dir, 'benchmark.json'), report)
+        write_text(osp.join(out_dir, 'benchmark.md'),
+                   '\n'.join(describe(r) for r in rows) + '\n')
+        return report

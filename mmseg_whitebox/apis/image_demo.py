@@ -23,7 +23,7 @@ from mmseg_whitebox.utils.input_checks import (check_checkpoint, check_device,
                                                check_image_file)
 from mmseg_whitebox.utils.tool_error import ToolError
 from mmseg_whitebox.visualization.images import (check_opacity, list_images,
-                                                 output_paths)
+                                                 lock_outputs, output_paths)
 from mmseg_whitebox.visualization.overlay import (dataset_meta,
                                                   new_visualizer)
 
@@ -81,13 +81,14 @@ def image_demo(source: str, config: str, checkpoint: str,
                         'initialised model mean nothing')
     check_checkpoint(checkpoint)
     cfg = read_config(config, cfg_options)
-    try:
-        # mmseg's init_model, refusing a checkpoint that does not fit
-        model = init_model(cfg, checkpoint,
-                           device=device or default_device())
-    except (CheckpointError, UnsafeCheckpointError) as exc:
-        raise ToolError(str(exc)) from exc
-    written = overlay_images(model, images, outputs, opacity=opacity,
-                             title=title, with_labels=with_labels,
-                             progress=progress)
+    with lock_outputs(out_file, out_dir):  # one run paints there at a time
+        try:
+            # mmseg's init_model, refusing a checkpoint that does not fit
+            model = init_model(cfg, checkpoint,
+                               device=device or default_device())
+        except (CheckpointError, UnsafeCheckpointError) as exc:
+            raise ToolError(str(exc)) from exc
+        written = overlay_images(model, images, outputs, opacity=opacity,
+                                 title=title, with_labels=with_labels,
+                                 progress=progress)
     return images, written

@@ -1,6 +1,6 @@
 """Which images a tool reads and where their pictures go: an image file or
-a folder's images, and one output path per image (shared by the image
-demo and the ONNX inference tool)."""
+a folder's images, one output path per image, and the lock of that output
+(shared by the image demo and the ONNX inference tool)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +10,8 @@ from typing import List, Optional, Sequence
 from mmseg_whitebox.utils.atomic import check_not_input
 from mmseg_whitebox.utils.input_checks import (check_output_file,
                                                check_writable_folder)
+from mmseg_whitebox.utils.run_lock import (RunLock, lock_folder,
+                                           lock_output_file)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 #: file endings read as images in a folder (as mmcv reads them)
@@ -72,3 +74,13 @@ def check_opacity(opacity: float) -> float:
     if not 0 < opacity <= 1:
         raise ToolError(f'--opacity must be in (0, 1], got {opacity}')
     return opacity
+
+
+def lock_outputs(out_file: Optional[str] = None,
+                 out_dir: Optional[str] = None) -> RunLock:
+    """The lock of where :func:`output_paths` puts the pictures: the
+    folder ``out_dir``, else the file ``out_file`` (``<file>.lock``), so
+    that two runs never paint into the same output."""
+    if out_dir:
+        return lock_folder(out_dir, '--out-dir')
+    return lock_output_file(out_file, '--out-file')

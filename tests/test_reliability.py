@@ -411,7 +411,7 @@ def test_lock_without_a_readable_record(tmp_path, capsys):
 def test_test_tool_and_benchmarks_lock_their_output(tmp_path, weights):
     """tools/test.py locks its work dir (and evaluate_checkpoint, the
     tool's function, its --out too), the benchmarks and the GPU report
-    their --out: a second run is refused before it builds anything,
+    their --out: a second run is refused before it writes anything,
     naming the first."""
     from mmseg_whitebox.analysis.decoder_benchmark import \
         run_decoder_benchmark

@@ -246,12 +246,12 @@ def run_decoder_benchmark(out: str,
     row per head and size, with the ratios) and ``slopes`` (fitted
     exponents of cost against tokens)."""
     options = options or BenchmarkOptions()
+    torch_device, memory_limit = prepare_run(device, threads,
+                                             memory_limit_gb)
+    built, info = build_heads(list(heads), encoder, torch_device,
+                              options.seed,
+                              config_root or project_configs())
     with lock_folder(out, '--out'):  # one run writes there at a time
-        torch_device, memory_limit = prepare_run(device, threads,
-                                                 memory_limit_gb)
-        built, info = build_heads(list(heads), encoder, torch_device,
-                                  options.seed,
-                                  config_root or project_configs())
         facts = start_report(out, torch_device, f'ViT-{encoder} features',
                              options.amp)
         history: Dict[str, List[Dict]] = {}

@@ -152,12 +152,12 @@ def run_encoder_benchmark(out: str,
     the machine, ``results`` (a row per encoder and size, with the ratios
     to ViT) and ``slopes``."""
     options = options or BenchmarkOptions()
+    torch_device, memory_limit = prepare_run(device, threads,
+                                             memory_limit_gb)
+    models = build_segmentors(list(encoders), size, torch_device,
+                              options.seed,
+                              config_root or project_configs())
     with lock_folder(out, '--out'):  # one run writes there at a time
-        torch_device, memory_limit = prepare_run(device, threads,
-                                                 memory_limit_gb)
-        models = build_segmentors(list(encoders), size, torch_device,
-                                  options.seed,
-                                  config_root or project_configs())
         facts = start_report(out, torch_device, f'size {size.upper()}',
                              options.amp)
         history: Dict[str, List[Dict]] = {}

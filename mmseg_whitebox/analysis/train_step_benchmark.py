@@ -197,13 +197,13 @@ def run_train_step_benchmark(out: str,
     Returns the report: the set-up, ``results`` (a row per model and
     size, with the ratios) and ``slopes``."""
     options = options or BenchmarkOptions()
+    torch_device, memory_limit = prepare_run(device, threads,
+                                             memory_limit_gb)
+    built = build_trainable(list(models), size, torch_device,
+                            options.seed,
+                            config_root or project_configs(), with_cp,
+                            banded_loss)
     with lock_folder(out, '--out'):  # one run writes there at a time
-        torch_device, memory_limit = prepare_run(device, threads,
-                                                 memory_limit_gb)
-        built = build_trainable(list(models), size, torch_device,
-                                options.seed,
-                                config_root or project_configs(), with_cp,
-                                banded_loss)
         facts = start_report(
             out, torch_device, f'size {size.upper()}, batch {batch}'
             + (', with_cp' if with_cp else '')

@@ -15,7 +15,7 @@ import runpy
 import sys
 from typing import Callable, Dict, List, Optional
 
-from mmseg_whitebox.apis.model_index import tool_path
+from mmseg_whitebox.engine.model_index import tool_path
 
 #: command -> script under tools/ (console script: mmseg-whitebox-<command>)
 COMMANDS: Dict[str, str] = {

@@ -8,7 +8,7 @@ import os.path as osp
 from _helpers import DEMO_SEGMENTER, small_run_options
 
 from mmseg_whitebox.apis import evaluate_checkpoint, train_model
-from mmseg_whitebox.apis.runner_config import runner_config
+from mmseg_whitebox.engine.runner_config import runner_config
 from mmseg_whitebox.cli import add_cfg_options_arg
 from mmseg_whitebox.engine.hooks import main_process_logger_hook
 

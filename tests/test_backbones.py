@@ -8,9 +8,9 @@ import pytest
 import torch
 from mmengine.registry import init_default_scope
 
+from mmseg_whitebox.models.attention_sites import find_attention_sites
 from mmseg_whitebox.models.layers import PreNormResidual, WhiteBoxBlock
 from mmseg_whitebox.ops import CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA
-from mmseg_whitebox.robustness.sites import find_attention_sites
 
 from _helpers import REPO, demo_configs, run_tool, small_run_options
 

@@ -160,7 +160,7 @@ def test_image_demo_single_image_and_bad_input(demo_checkpoint,
         with pytest.raises(ToolError, match=words):
             image_demo(**kwargs)
     # without class names in the checkpoint every label still gets a colour
-    from mmseg_whitebox.apis.image_demo import dataset_meta
+    from mmseg_whitebox.visualization.overlay import dataset_meta
     for num_classes, first in ((150, 'wall'), (1000, 'class 0')):
         model = types.SimpleNamespace(
             decode_head=types.SimpleNamespace(num_classes=num_classes))

@@ -1,8 +1,9 @@
 """The package's import graph: no cycles, and no module imports one of a
-higher layer, one layer per package (utils < ops < models < converters,
-robustness, analysis, deployment, apis < cli < the package root; tools
-sit above the package). Function-local imports count as imports: they
-only hide a cycle or an upward dependency from the interpreter."""
+higher layer, each package a layer of its own, in one order (utils < ops
+< models < engine < datasets < visualization < converters < robustness <
+deployment < analysis < apis < cli < the package root; tools sit above
+the package). Function-local imports count as imports: they only hide a
+cycle or an upward dependency from the interpreter."""
 import ast
 import os
 import os.path as osp
@@ -12,29 +13,22 @@ from _helpers import REPO
 
 PACKAGE = 'mmseg_whitebox'
 
+#: the packages, lowest first: a module imports from its own package or
+#: from those before it
+ORDER = ('utils', 'ops', 'models', 'engine', 'datasets', 'visualization',
+         'converters', 'robustness', 'deployment', 'analysis', 'apis', 'cli')
 #: the layer of each package (a module is in its package's layer)
-LAYERS = {
-    PACKAGE: 6,  # the root imports everything to register it
-    f'{PACKAGE}.utils': 0,
-    f'{PACKAGE}.ops': 1,
-    f'{PACKAGE}.models': 2,
-    f'{PACKAGE}.engine': 2,
-    f'{PACKAGE}.datasets': 3,
-    f'{PACKAGE}.converters': 4,
-    f'{PACKAGE}.robustness': 4,
-    f'{PACKAGE}.analysis': 4,
-    f'{PACKAGE}.deployment': 4,
-    f'{PACKAGE}.apis': 4,
-    f'{PACKAGE}.cli': 5,
-}
-#: the root's own modules, each at a layer of its own: the compatibility
-#: layer runs before anything else, the version is data, the commands
-#: run the tools (the root's layer), the moved names' aliases are the root's
+LAYERS = {f'{PACKAGE}.{name}': rank for rank, name in enumerate(ORDER)}
+#: the package root imports everything to register it
+LAYERS[PACKAGE] = len(ORDER) + 1
+#: the root's own modules: the compatibility layer runs before anything
+#: else (at the bottom, with the utils it loads checkpoints with) and the
+#: version is data; the commands run the tools (the root's layer)
 ROOT_MODULES = {
-    f'{PACKAGE}.compat': 0,
-    f'{PACKAGE}.version': 0,
-    f'{PACKAGE}.commands': 6,
-    f'{PACKAGE}.__main__': 6,
+    f'{PACKAGE}.compat': LAYERS[f'{PACKAGE}.utils'],
+    f'{PACKAGE}.version': LAYERS[f'{PACKAGE}.utils'],
+    f'{PACKAGE}.commands': LAYERS[PACKAGE],
+    f'{PACKAGE}.__main__': LAYERS[PACKAGE],
 }
 
 
@@ -156,18 +150,30 @@ def test_no_import_cycles():
     assert cycles(graph) == []
 
 
+def upward_imports(graph: Dict[str, Set[str]]) -> List[str]:
+    """``a -> b`` for every import of a module of a higher layer."""
+    return sorted(f'{a} -> {b}' for a, targets in graph.items()
+                  for b in targets if layer(b) > layer(a))
+
+
 def test_no_import_from_a_higher_layer():
     graph, _ = import_graph()
-    upward = sorted(f'{a} -> {b}' for a, targets in graph.items()
-                    for b in targets if layer(b) > layer(a))
-    assert upward == []
+    assert upward_imports(graph) == []
 
 
 def test_the_probes_see_cycles_and_upward_imports():
     graph = {'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}
     assert cycles(graph) == [['a', 'b', 'c']]
     assert layer(f'{PACKAGE}.ops.cbsa') < layer(f'{PACKAGE}.models.layers')
+    # an upward import is seen: the coding rate (analysis) may use the
+    # attention sites (models); the same edge the other way round may not
     graph, local = import_graph()
+    edge = (f'{PACKAGE}.analysis.coding_rate',
+            f'{PACKAGE}.models.attention_sites')
+    assert edge[1] in graph[edge[0]]
+    reversed_graph = {edge[1]: {edge[0]}, edge[0]: set()}
+    assert upward_imports(reversed_graph) == [f'{edge[1]} -> {edge[0]}']
+    assert upward_imports(graph) == []
     # a function-local import is seen (compat loads the checkpoint checks
     # only when a checkpoint is loaded, after its shims are in place)
     assert any(p.startswith(osp.join(PACKAGE, 'compat.py')) for p in local)
@@ -176,9 +182,13 @@ def test_the_probes_see_cycles_and_upward_imports():
 
 def test_every_module_has_its_package_layer():
     """One layer per package: every module's layer is its package's (or a
-    root module's), so no module can be given a layer of its own."""
+    root module's), so no module can be given a layer of its own, and no
+    two packages share a layer."""
     for module in package_modules():
         assert layer(module) in LAYERS.values()
+    assert len(set(LAYERS.values())) == len(LAYERS)
+    assert [layer(f'{PACKAGE}.{name}') for name in ORDER] == \
+        list(range(len(ORDER)))
     assert layer(f'{PACKAGE}.converters.state_dicts') == \
         LAYERS[f'{PACKAGE}.converters']
     assert layer(f'{PACKAGE}.apis.run_checks') < layer(f'{PACKAGE}.cli')

@@ -39,11 +39,11 @@ from mmengine.structures import PixelData
 
 from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
                                 CrossMSSA, precision)
-from mmseg_whitebox.ops.reference import softmax_attention
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.tool_error import ToolError
 
 from _helpers import REPO
+from reference_ops import softmax_attention
 
 DTYPES = (torch.bfloat16, torch.float16)
 FLOAT16_MAX = torch.finfo(torch.float16).max  # 65504

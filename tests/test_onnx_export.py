@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import os.path as osp
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -220,7 +221,7 @@ def test_bad_input_is_refused_before_exporting(segmenter_checkpoint,
 
 # ------------------------------------------------ OnnxSegmentor: image in
 def smooth_image(h: int, w: int, seed: int = 0) -> np.ndarray:
-    from mmseg_whitebox.deployment.onnx_benchmark import smooth_image
+    from mmseg_whitebox.analysis.onnx_benchmark import smooth_image
     return smooth_image(h, w, seed)
 
 
@@ -314,12 +315,18 @@ def test_onnx_segmentor_predicts_as_inference_model(name, demo_graphs,
 
 
 def test_onnx_segmentor_needs_no_torch(demo_graphs, tmp_path):
-    """The module runs on its own, copied out of the package, where torch,
-    mmseg, mmengine and mmcv cannot be imported; same labels as in this
-    process (exactly: the same code and runtime)."""
+    """The module runs on its own, copied out of the package beside the
+    window grid it imports, where torch, mmseg, mmengine and mmcv cannot
+    be imported; same labels as in this process (exactly: the same code
+    and runtime)."""
     import cv2
 
     from mmseg_whitebox.deployment import OnnxSegmentor, onnx_segmentor
+    from mmseg_whitebox.utils import windows
+    app = tmp_path / 'app'
+    app.mkdir()
+    for module in (onnx_segmentor, windows):
+        shutil.copy(module.__file__, app)
     _, graph = demo_graphs('cbsa')
     image = str(tmp_path / 'image.png')
     cv2.imwrite(image, smooth_image(*IMAGES['above_window']))
@@ -334,6 +341,7 @@ def test_onnx_segmentor_needs_no_torch(demo_graphs, tmp_path):
 
         sys.meta_path.insert(0, Blocker())
         module_file, graph, image, out = sys.argv[1:]
+        sys.path.insert(0, module_file.rsplit('/', 1)[0])
         spec = importlib.util.spec_from_file_location('onnx_segmentor',
                                                       module_file)
         module = importlib.util.module_from_spec(spec)
@@ -347,8 +355,8 @@ def test_onnx_segmentor_needs_no_torch(demo_graphs, tmp_path):
     ''')
     out = str(tmp_path / 'labels.npy')
     proc = subprocess.run(
-        [sys.executable, '-c', script, onnx_segmentor.__file__, graph, image,
-         out], capture_output=True, text=True, timeout=300,
+        [sys.executable, '-c', script, str(app / 'onnx_segmentor.py'), graph,
+         image, out], capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=''))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'loaded []' in proc.stdout
@@ -434,7 +442,7 @@ def test_benchmark_measures_both_paths(demo_graphs):
     the agreement of the two predictions."""
     from mmseg_whitebox.analysis.benchmark import BenchmarkOptions
     from mmseg_whitebox.deployment import OnnxSegmentor
-    from mmseg_whitebox.deployment.onnx_benchmark import describe, measure
+    from mmseg_whitebox.analysis.onnx_benchmark import describe, measure
     model, graph = demo_graphs('cbsa')
     row = measure('cbsa', model, OnnxSegmentor(graph),
                   smooth_image(*IMAGES['above_window']),

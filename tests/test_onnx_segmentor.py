@@ -142,7 +142,7 @@ def test_slide_windows_are_mmsegs_grid():
     window, non-square, and with a last window moved back inside."""
     from mmseg.models.segmentors import EncoderDecoder
 
-    from mmseg_whitebox.deployment.onnx_segmentor import slide_windows
+    from mmseg_whitebox.utils.windows import slide_windows
     cases = [((71, 256), (128, 128), (85, 85)),
              ((128, 213), (128, 128), (85, 85)),
              ((50, 60), (128, 128), (85, 85)),

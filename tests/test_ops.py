@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from mmseg_whitebox.analysis.complexity import flop_analyzer
+from mmseg_whitebox.analysis.decoder_benchmark import straightforward_cbsa
 from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
                                 CrossMSSA)
-from mmseg_whitebox.ops.reference import straightforward_cbsa
 
 from _helpers import default_dtype
 

@@ -120,7 +120,7 @@ PALETTE = ((120, 120, 120), (80, 50, 50), (4, 200, 3), (6, 230, 230),
 
 
 def test_overlay_names_model_and_sigma_and_lists_the_classes_present():
-    from mmseg_whitebox.apis.overlay import overlay_figure
+    from mmseg_whitebox.visualization.overlay import overlay_figure
     image = np.full((8, 12, 3), 100, dtype=np.uint8)
     prediction = np.zeros((8, 12), dtype=np.int64) + 3
     prediction[:, :4] = 1
@@ -147,7 +147,7 @@ def test_overlay_names_model_and_sigma_and_lists_the_classes_present():
 
 
 def test_overlay_with_ground_truth_marks_classes_in_one_panel():
-    from mmseg_whitebox.apis.overlay import overlay_figure
+    from mmseg_whitebox.visualization.overlay import overlay_figure
     image = np.zeros((6, 6, 3), dtype=np.uint8)
     truth = np.full((6, 6), 2, dtype=np.int64)
     truth[0] = 255
@@ -163,7 +163,7 @@ def test_overlay_with_ground_truth_marks_classes_in_one_panel():
 
 
 def test_config_name_is_the_config_file_stem():
-    from mmseg_whitebox.apis.overlay import config_name
+    from mmseg_whitebox.visualization.overlay import config_name
     model = types.SimpleNamespace(cfg=types.SimpleNamespace(
         filename='/x/configs/cbsa/cbsa_vit-demo_1xb8.py'))
     assert config_name(model) == 'cbsa_vit-demo_1xb8'

@@ -187,7 +187,7 @@ def test_second_sweep_into_a_running_ones_folder_stops(tiny_ade, weights,
         env=dict(os.environ, **fault_env(tmp_path, f'gate:{gate}')))
     try:
         wait_for(gate / 'ready', first)
-        record = json.loads((out / '.lock').read_text())
+        record = json.loads((out / '.lock.owner').read_text())
         assert record['pid'] == first.pid
         proc = run_tool(args + ['--work-dir', str(tmp_path / 'w2')],
                         check=False, env=fault_env(tmp_path))
@@ -233,7 +233,7 @@ def test_save_killed_half_way_keeps_the_previous_checkpoint(tiny_ade,
     assert checkpoint['meta']['iter'] == 1
     cut = [n for n in os.listdir(work) if n.startswith('.iter_2.')]
     assert len(cut) == 1  # the temporary file, half written
-    record = json.loads((work / '.lock').read_text())
+    record = json.loads((work / '.lock.owner').read_text())
 
     proc = run_tool(train_args(config, work, tiny_ade, *options) +
                     ['--resume'], env=fault_env(tmp_path))
@@ -306,82 +306,142 @@ def test_failed_parity_check_keeps_the_graph_aside(weights, tmp_path):
 
 # ------------------------------------------------------ the pieces
 
-class OtherHolder:
-    """The lock of ``folder`` held by another open file, as another
-    process would hold it, with the record of a running process (this
-    one's parent)."""
+#: a process that holds the lock file argv[1] with filelock until its
+#: stdin closes (or it is killed)
+HOLD = (
+    'import sys\n'
+    'from filelock import FileLock\n'
+    'lock = FileLock(sys.argv[1])\n'
+    'lock.acquire(timeout=0)\n'
+    'print("held", flush=True)\n'
+    'sys.stdin.read()\n')
 
-    def __init__(self, folder) -> None:
-        import fcntl
+
+class OtherHolder:
+    """The lock of ``folder`` held by another process, with its owner
+    record (a start time of its own, to be recognised in messages) unless
+    ``record`` is False (a holder that has not written it yet)."""
+
+    def __init__(self, folder, record: bool = True) -> None:
         os.makedirs(folder, exist_ok=True)
         self.path = osp.join(folder, '.lock')
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT)
-        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self.record = dict(pid=os.getppid(), host=socket.gethostname(),
+        self.proc = subprocess.Popen(
+            [sys.executable, '-c', HOLD, self.path], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline() == 'held\n'
+        self.record = dict(pid=self.proc.pid, host=socket.gethostname(),
                            started='2000-01-01 00:00:00 +0000',
                            command='python tools/other.py')
-        os.write(self.fd, json.dumps(self.record).encode())
+        if record:
+            with open(self.path + '.owner', 'w') as f:
+                json.dump(self.record, f)
 
     def end(self) -> None:
-        """The holder ends without removing its lock file (killed)."""
-        os.close(self.fd)
+        """The holder is killed: the system drops its lock, its files
+        stay behind."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
 
 
-@pytest.mark.skipif(sys.platform == 'win32', reason='flock is POSIX')
 def test_lock_refuses_while_held_and_takes_over_after(tmp_path, capsys):
     """Every output that locks refuses a folder another process holds
-    (naming it), and takes it over once that process has ended."""
+    (naming it), and takes it over once that process has been killed."""
     from mmseg_whitebox.robustness.corruptions.benchmark import \
         CorruptionStore
     from mmseg_whitebox.robustness.sweep import ResultStore
     from mmseg_whitebox.utils.run_lock import lock_folder, lock_output_file
     from mmseg_whitebox.utils.tool_error import ToolError
     holder = OtherHolder(tmp_path / 'out')
-    for take in (lambda: lock_folder(str(tmp_path / 'out')),
-                 lambda: ResultStore(str(tmp_path / 'out'), {}),
-                 lambda: ResultStore(str(tmp_path / 'out'), {}, resume=True),
-                 lambda: CorruptionStore(str(tmp_path / 'out'), {}),
-                 lambda: CorruptionStore(str(tmp_path / 'out'), {},
-                                         resume=True)):
-        with pytest.raises(ToolError, match=f'is in use by PID '
-                           f'{os.getppid()} .* started 2000-01-01'):
-            take()
-    assert os.listdir(tmp_path / 'out') == ['.lock']  # nothing written
-    holder.end()
+    try:
+        for take in (lambda: lock_folder(str(tmp_path / 'out')),
+                     lambda: ResultStore(str(tmp_path / 'out'), {}),
+                     lambda: ResultStore(str(tmp_path / 'out'), {},
+                                         resume=True),
+                     lambda: CorruptionStore(str(tmp_path / 'out'), {}),
+                     lambda: CorruptionStore(str(tmp_path / 'out'), {},
+                                             resume=True)):
+            with pytest.raises(ToolError, match=f'is in use by PID '
+                               f'{holder.proc.pid} .* started 2000-01-01'):
+                take()
+        # nothing written: only the holder's lock and record
+        assert sorted(os.listdir(tmp_path / 'out')) == ['.lock',
+                                                        '.lock.owner']
+    finally:
+        holder.end()
     with lock_folder(str(tmp_path / 'out')) as lock:
-        assert 'taking over the lock' in capsys.readouterr().err
-        record = json.loads(open(lock.path).read())
+        err = capsys.readouterr().err
+        assert 'taking over the lock' in err and \
+            f'PID {holder.proc.pid}' in err
+        record = json.loads(open(lock.owner_path).read())
         assert record['pid'] == os.getpid()
         with ResultStore(str(tmp_path / 'out'), {}).lock:  # same process
             pass
-        assert osp.exists(lock.path)  # until the last handle goes
-    assert not osp.exists(lock.path)
+        assert osp.exists(lock.owner_path)  # until the last handle goes
+    assert os.listdir(tmp_path / 'out') == []  # lock and record removed
     # an output file: <file>.lock
     with lock_output_file(str(tmp_path / 'm.onnx')) as lock:
         assert lock.path == str(tmp_path / 'm.onnx.lock')
+        assert lock.owner_path == str(tmp_path / 'm.onnx.lock.owner')
     assert os.listdir(tmp_path) == ['out']
 
 
-def test_lock_without_flock_reads_the_record(tmp_path, monkeypatch, capsys):
-    """Where flock cannot be used, a record of a running process refuses,
-    one of an ended process is taken over."""
-    from mmseg_whitebox.utils import run_lock
+def test_lock_without_a_readable_record(tmp_path, capsys):
+    """A lock whose holder has not written its record yet refuses all the
+    same; a record cut off when its run was killed is replaced, without a
+    note (it names nobody)."""
+    from mmseg_whitebox.utils.run_lock import lock_folder
     from mmseg_whitebox.utils.tool_error import ToolError
-    monkeypatch.setattr(run_lock, 'fcntl', None)
-    lock_file = tmp_path / '.lock'
-    ended = subprocess.Popen([sys.executable, '-c', 'pass'])
-    ended.wait()
-    for pid, refused in ((os.getppid(), True), (ended.pid, False)):
-        lock_file.write_text(json.dumps(dict(
-            pid=pid, host=socket.gethostname(), started='then',
-            command='python tools/train.py')))
-        if refused:
-            with pytest.raises(ToolError, match=f'in use by PID {pid}'):
-                run_lock.lock_folder(str(tmp_path))
-        else:
-            run_lock.lock_folder(str(tmp_path)).release()
-            assert f'held by PID {pid}' in capsys.readouterr().err
-            assert not lock_file.exists()
+    out = tmp_path / 'out'
+    holder = OtherHolder(out, record=False)
+    try:
+        with pytest.raises(ToolError, match=r"--out '.*' is in use by "
+                           r'another run \(no record yet\)'):
+            lock_folder(str(out))
+    finally:
+        holder.end()
+    (out / '.lock.owner').write_text('{"pid": 12')  # cut off
+    with lock_folder(str(out)) as lock:
+        assert 'taking over' not in capsys.readouterr().err
+        assert json.loads(open(lock.owner_path).read())['pid'] == \
+            os.getpid()
+
+
+def test_test_tool_and_benchmarks_lock_their_output(tmp_path, weights):
+    """tools/test.py locks its work dir (and evaluate_checkpoint, the
+    tool's function, its --out too), the benchmarks and the GPU report
+    their --out: a second run is refused before it writes anything,
+    naming the first."""
+    from mmseg_whitebox.analysis.decoder_benchmark import \
+        run_decoder_benchmark
+    from mmseg_whitebox.analysis.gpu_report import run_gpu_report
+    from mmseg_whitebox.apis import evaluate_checkpoint
+    from mmseg_whitebox.engine.runner_config import runner_config
+    from mmseg_whitebox.utils.tool_error import ToolError
+    work = tmp_path / 'work'
+    holder = OtherHolder(work)
+    try:
+        proc = run_tool(['tools/test.py', DEMO_SEGMENTER, weights,
+                         '--work-dir', str(work)], check=False)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"test.py: error: --work-dir '{work}' is "
+                               f'in use by PID {holder.proc.pid}'), last
+        cfg = runner_config(DEMO_SEGMENTER, work_dir=str(tmp_path / 'w'))
+        for run, option in (
+                (lambda: evaluate_checkpoint(cfg, weights, out=str(work)),
+                 '--out'),
+                (lambda: run_decoder_benchmark(str(work), ['cbsa'],
+                                               [(64, 64)], 't'), '--out'),
+                (lambda: run_gpu_report(str(work), dry_run=True), '--out')):
+            with pytest.raises(ToolError, match=f"{option} '{work}' is in "
+                               f'use by PID {holder.proc.pid}'):
+                run()
+        assert not osp.exists(tmp_path / 'w' / '.lock')
+        assert sorted(os.listdir(work)) == ['.lock', '.lock.owner']
+    finally:
+        holder.end()
 
 
 def test_typeerror_is_a_users_only_when_built_from_the_config():

@@ -11,20 +11,20 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
+from mmseg_whitebox.models.attention_sites import KIND_MMCV_MHA
 from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
                                        LoopEvaluation, NoiseSweep,
                                        NoiseSweepOptions, ParameterNoise,
                                        ResultStore, find_attention_sites, format_summary,
                                        run_noise_sweep, select_layers,
                                        select_parameters)
-from mmseg_whitebox.robustness.sites import KIND_MMCV_MHA
 from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 from _helpers import (REPO, StubRunner, demo_configs, run_tool,
                       small_run_options)
 
 CONFIGS = demo_configs()
-# the documented definition (mmseg_whitebox.robustness.sites), per layer
+# the documented definition (mmseg_whitebox.models.attention_sites), per layer
 EXPECTED = {
     'segmenter': {'attn.attn.in_proj_weight', 'attn.attn.in_proj_bias',
                   'attn.attn.out_proj.weight', 'attn.attn.out_proj.bias'},

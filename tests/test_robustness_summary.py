@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from mmseg_whitebox.models.attention_sites import KIND_RESIDUAL_BLOCK
 from mmseg_whitebox.robustness import (GROUPS, NoiseSweep,
                                        NoiseSweepOptions, ResultStore,
                                        compare_sweeps, group_selections,
@@ -17,7 +18,6 @@ from mmseg_whitebox.robustness import (GROUPS, NoiseSweep,
                                        subspace_change, summarize_results)
 from mmseg_whitebox.robustness.groups import (NON_ATTENTION, OTHER,
                                               group_of, parameter_role)
-from mmseg_whitebox.robustness.sites import KIND_RESIDUAL_BLOCK
 from mmseg_whitebox.robustness.summary import (BELOW_RANGE, NOT_REACHED,
                                                markdown_table, summary_rows)
 

@@ -107,7 +107,7 @@ def test_config_path_resolves_names_in_the_checkout():
     """What the installed wheel resolves in its .mim folder, the checkout
     resolves in its own configs/ (an editable install: no copy)."""
     from mmseg_whitebox.apis import config_path, resources_root
-    from mmseg_whitebox.apis.model_index import read_config
+    from mmseg_whitebox.engine.config import read_config
     from mmseg_whitebox.utils.tool_error import ToolError
     assert osp.samefile(resources_root(), REPO)
     config = osp.join(REPO, 'configs', 'cbsa', MODEL + '.py')

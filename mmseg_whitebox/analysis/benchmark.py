@@ -165,7 +165,7 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
 
-    from mmseg_whitebox.robustness.metrics import quiet_logging
+    from mmseg_whitebox.utils.logs import quiet_logging
     init_default_scope('mmseg')
     models = {}
     for name, path in configs.items():
@@ -243,7 +243,7 @@ def check_measurement_args(parser: argparse.ArgumentParser,
 def project_configs() -> str:
     """The project's ``configs/`` folder (the checkout's, or the one a
     wheel carries), where the benchmarks find their models' configs."""
-    from mmseg_whitebox.apis.model_index import resources_root
+    from mmseg_whitebox.engine.model_index import resources_root
     root = resources_root()
     if root is None:
         raise MissingInputError(

@@ -20,8 +20,8 @@ from typing import Any, Dict, List
 import torch
 import torch.nn.functional as F
 
+from mmseg_whitebox.models.attention_sites import find_attention_sites
 from mmseg_whitebox.ops import SubspaceAttention
-from mmseg_whitebox.robustness.sites import find_attention_sites
 from mmseg_whitebox.utils.tool_error import InputError
 
 

@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                check_data_roots)
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .coding_rate import CompressionProbe
 
@@ -36,30 +37,30 @@ def coding_rate_report(cfg: Any, checkpoint: str, out: str,
 
     check_checkpoint(checkpoint)
     check_data_roots(cfg, ('test_dataloader', ))
-    os.makedirs(out, exist_ok=True)
-    model = init_model(cfg, checkpoint, device=device)
-    probe = CompressionProbe(model, eps)
-    cfg.test_dataloader.batch_size = 1
-    loader = Runner.build_dataloader(cfg.test_dataloader)
-    seen = 0
-    with probe, torch.no_grad():
-        for batch in loader:
-            model.test_step(batch)
-            seen += len(batch['inputs'])
-            if seen >= num_images:
-                break
-    rows = probe.summary()
-    json_file = osp.join(out, 'coding_rate.json')
-    write_json(json_file, dict(config=cfg.filename, checkpoint=checkpoint,
-                               eps=eps, images=seen, layers=rows))
-    write_csv(osp.join(out, 'coding_rate.csv'), list(rows[0]), rows)
-    png = plot_coding_rates(
-        rows, osp.join(out, 'coding_rate.png'),
-        f'{title}: coding rate per decoder layer ({seen} images)')
-    files = [json_file, png]
-    if maps > 0:
-        files += draw_test_image_maps(model, cfg, out, maps)
-    return dict(rows=rows, images=seen, files=files)
+    with lock_folder(out, '--out'):  # one run writes there at a time
+        model = init_model(cfg, checkpoint, device=device)
+        probe = CompressionProbe(model, eps)
+        cfg.test_dataloader.batch_size = 1
+        loader = Runner.build_dataloader(cfg.test_dataloader)
+        seen = 0
+        with probe, torch.no_grad():
+            for batch in loader:
+                model.test_step(batch)
+                seen += len(batch['inputs'])
+                if seen >= num_images:
+                    break
+        rows = probe.summary()
+        json_file = osp.join(out, 'coding_rate.json')
+        write_json(json_file, dict(config=cfg.filename, checkpoint=checkpoint,
+                                   eps=eps, images=seen, layers=rows))
+        write_csv(osp.join(out, 'coding_rate.csv'), list(rows[0]), rows)
+        png = plot_coding_rates(
+            rows, osp.join(out, 'coding_rate.png'),
+            f'{title}: coding rate per decoder layer ({seen} images)')
+        files = [json_file, png]
+        if maps > 0:
+            files += draw_test_image_maps(model, cfg, out, maps)
+        return dict(rows=rows, images=seen, files=files)
 
 
 def plot_coding_rates(rows: List[Dict], out_file: str, title: str) -> str:

@@ -11,9 +11,8 @@ ratio to mmseg's Segmenter mask head.
 
 Two entries compute the same function with the same parameters: ``cbsa``
 (the operators' equations) and ``cbsa-straightforward`` (the CBSA paper's
-Appendix D listing,
-:func:`~mmseg_whitebox.ops.reference.straightforward_cbsa`, in the
-published decoder frame); the first is reported as a ratio to the second,
+Appendix D listing, :func:`straightforward_cbsa`, in the published
+decoder frame); the first is reported as a ratio to the second,
 with the largest output difference.
 """
 from __future__ import annotations
@@ -25,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmseg_whitebox.ops.reference import straightforward_cbsa
+from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
                         project_configs, start_report)
 from .complexity import decode_head_complexity
@@ -49,6 +48,41 @@ DEFAULT, STRAIGHTFORWARD = 'cbsa', 'cbsa-straightforward'
 
 
 # ------------------------------------------------------------ the baselines
+def _softmax_attention(query: torch.Tensor, key: torch.Tensor,
+                       value: torch.Tensor,
+                       scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(q k^T * scale) v`` and the attention matrix."""
+    attn = torch.softmax(query @ key.transpose(-1, -2) * scale, dim=-1)
+    return attn @ value, attn
+
+
+def straightforward_cbsa(op: nn.Module, x: torch.Tensor, h: int,
+                         w: int) -> torch.Tensor:
+    """CBSA on ``(B, N, d)`` tokens whose first ``h*w`` form the patch grid,
+    as the CBSA paper's Appendix D listing writes it (generalised from a
+    square grid to ``h x w``, with the stop-gradient of eq. 5), with the
+    parameters of the library operator ``op`` (a
+    :class:`~mmseg_whitebox.ops.CBSA`): the baseline the library's CBSA is
+    timed against (``tests/test_ops.py`` checks it computes the same)."""
+    b, n, _ = x.shape
+    heads, p = op.num_heads, op.head_dim
+    z = op.proj(x)  # U_k^T z for every subspace, (B, N, heads * p)
+    grid = z[:, :h * w].reshape(b, h, w, heads * p).permute(0, 3, 1, 2)
+    rep = F.adaptive_avg_pool2d(grid, op.rep_grid)
+    rep = rep.reshape(b, heads * p, -1).permute(0, 2, 1)
+    z = z.reshape(b, n, heads, p).permute(0, 2, 1, 3)
+    rep = rep.reshape(b, -1, heads, p).permute(0, 2, 1, 3).detach()
+    scale = p**-0.5
+    rep_delta, attn = _softmax_attention(rep, z, z, scale)  # eq. 5
+    rep = rep + op.eta * rep_delta
+    contraction, _ = _softmax_attention(rep, rep, rep, scale)  # eq. 8
+    delta = op.kappa * (attn.transpose(-1, -2) @ contraction)  # broadcast
+    delta = delta.permute(0, 2, 1, 3).reshape(b, n, heads * p)
+    if op.out_proj is None:  # tied: back through the same bases
+        return delta @ op.proj.weight
+    return op.out_proj(delta)
+
+
 class StraightforwardCBSADecoder(nn.Module):
     """The CBT decoder in the published decoder frame, computed
     straightforwardly with the parameters of a ``CBSAHead``: patch tokens
@@ -215,12 +249,16 @@ def run_decoder_benchmark(out: str,
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)
     built, info = build_heads(list(heads), encoder, torch_device,
-                              options.seed, config_root or project_configs())
-    facts = start_report(out, torch_device, f'ViT-{encoder} features',
-                         options.amp)
-    history: Dict[str, List[Dict]] = {}
-    return BENCHMARK.run(
-        out, sizes, lambda size: measure_size(
-            built, info, size, options, torch_device, history, memory_limit),
-        dict(machine=facts, encoder=encoder, amp=options.amp, heads=info),
-        f'decoders on ViT-{encoder} features')
+                              options.seed,
+                              config_root or project_configs())
+    with lock_folder(out, '--out'):  # one run writes there at a time
+        facts = start_report(out, torch_device, f'ViT-{encoder} features',
+                             options.amp)
+        history: Dict[str, List[Dict]] = {}
+        return BENCHMARK.run(
+            out, sizes, lambda size: measure_size(
+                built, info, size, options, torch_device, history,
+                memory_limit),
+            dict(machine=facts, encoder=encoder, amp=options.amp,
+                 heads=info),
+            f'decoders on ViT-{encoder} features')

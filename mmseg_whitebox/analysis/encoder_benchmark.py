@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
                         prepare_run, project_configs, start_report)
 from .complexity import flop_analyzer
@@ -154,15 +155,17 @@ def run_encoder_benchmark(out: str,
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)
     models = build_segmentors(list(encoders), size, torch_device,
-                              options.seed, config_root or project_configs())
-    facts = start_report(out, torch_device, f'size {size.upper()}',
-                         options.amp)
-    history: Dict[str, List[Dict]] = {}
-    return BENCHMARK.run(
-        out, sizes, lambda image_size: measure_size(
-            models, image_size, options, torch_device, history,
-            memory_limit, image_size in flops_sizes),
-        dict(machine=facts, size=size, amp=options.amp),
-        f'encoders ({size.upper()})', SLOPE_KEYS,
-        latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
-        memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))
+                              options.seed,
+                              config_root or project_configs())
+    with lock_folder(out, '--out'):  # one run writes there at a time
+        facts = start_report(out, torch_device, f'size {size.upper()}',
+                             options.amp)
+        history: Dict[str, List[Dict]] = {}
+        return BENCHMARK.run(
+            out, sizes, lambda image_size: measure_size(
+                models, image_size, options, torch_device, history,
+                memory_limit, image_size in flops_sizes),
+            dict(machine=facts, size=size, amp=options.amp),
+            f'encoders ({size.upper()})', SLOPE_KEYS,
+            latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),
+            memory=('enc_mem_fwd', 'seg_mem_fwd', 'enc_mem_train'))

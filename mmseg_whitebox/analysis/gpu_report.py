@@ -19,7 +19,6 @@ not counted: they do not depend on the device, and the CPU tables of
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
 import time
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
 from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
@@ -258,7 +258,7 @@ def run_gpu_report(out_dir: str, device: str = 'cuda',
     of GPU memory is reported as such and the others still run.
     ``ValueError`` for a device torch cannot see, or the GPU sizes asked
     of a CPU (hours: use ``dry_run`` or the benchmark tools)."""
-    from mmseg_whitebox.apis.model_index import resources_root
+    from mmseg_whitebox.engine.model_index import resources_root
     if dry_run:
         device, plan = 'cpu', DRY_RUN_PLAN
     else:
@@ -267,30 +267,33 @@ def run_gpu_report(out_dir: str, device: str = 'cuda',
             raise InputError(f'the GPU sizes on {device!r} would take '
                              'hours: give a CUDA device, or --dry-run for '
                              'the tiny CPU run')
-    dev, limit = prepare_run(device, None, None)
-    if config_root is None:
-        root = resources_root()
-        if root is None:
-            raise MissingInputError('no configs/ found (neither a checkout nor an '
-                             'installed wheel\'s)')
-        config_root = osp.join(root, 'configs')
-    os.makedirs(out_dir, exist_ok=True)
-    facts = machine(dev)
-    print(f'GPU report on {facts.get("gpu") or facts["cpu"]}, torch '
-          f'{facts["torch"]}: {plan.sizes_note}', flush=True)
-    results: Dict[str, Dict] = {}
-    for name, (title, runner, _) in BENCHMARKS.items():
-        print(f'\n=== {title}', flush=True)
-        start = time.perf_counter()
-        try:
-            done: Dict = dict(results=runner(plan, dev, limit, config_root))
-        except torch.cuda.OutOfMemoryError as exc:
-            done = dict(error=f'out of GPU memory ({exc})'.splitlines()[0])
-            torch.cuda.empty_cache()
-        done['seconds'] = time.perf_counter() - start
-        results[name] = done
-        write_json(osp.join(out_dir, f'{name}.json'),
-                   dict(machine=facts, benchmark=name, **done))
-    write_text(osp.join(out_dir, REPORT),
-               report_markdown(facts, plan, results) + '\n')
-    return dict(machine=facts, results=results)
+    with lock_folder(out_dir, '--out'):  # one run writes there at a time
+        dev, limit = prepare_run(device, None, None)
+        if config_root is None:
+            root = resources_root()
+            if root is None:
+                raise MissingInputError('no configs/ found (neither a '
+                                        'checkout nor an installed '
+                                        'wheel\'s)')
+            config_root = osp.join(root, 'configs')
+        facts = machine(dev)
+        print(f'GPU report on {facts.get("gpu") or facts["cpu"]}, torch '
+              f'{facts["torch"]}: {plan.sizes_note}', flush=True)
+        results: Dict[str, Dict] = {}
+        for name, (title, runner, _) in BENCHMARKS.items():
+            print(f'\n=== {title}', flush=True)
+            start = time.perf_counter()
+            try:
+                done: Dict = dict(
+                    results=runner(plan, dev, limit, config_root))
+            except torch.cuda.OutOfMemoryError as exc:
+                done = dict(
+                    error=f'out of GPU memory ({exc})'.splitlines()[0])
+                torch.cuda.empty_cache()
+            done['seconds'] = time.perf_counter() - start
+            results[name] = done
+            write_json(osp.join(out_dir, f'{name}.json'),
+                       dict(machine=facts, benchmark=name, **done))
+        write_text(osp.join(out_dir, REPORT),
+                   report_markdown(facts, plan, results) + '\n')
+        return dict(machine=facts, results=results)

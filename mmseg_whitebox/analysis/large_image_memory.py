@@ -186,7 +186,7 @@ def large_image_memory_report(config: str,
     image. Random weights without ``checkpoint``. Returns the results
     (also written to ``json_file`` if given)."""
     check_checkpoint(checkpoint)
-    from mmseg_whitebox.apis.model_index import read_config
+    from mmseg_whitebox.engine.config import read_config
     read_config(config, cfg_options)  # missing: a ToolError
     options = dict(cfg_options or {})
     if min(list(size) + list(agreement_size)) < 1:

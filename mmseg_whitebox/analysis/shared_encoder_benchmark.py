@@ -117,7 +117,7 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
     from mmseg_whitebox.robustness import (PAPER_SIGMAS, LoopEvaluation,
                                            ParameterNoise, select_parameters)
     from mmseg_whitebox.engine.hooks import NonFiniteCounter
-    from mmseg_whitebox.robustness.metrics import quiet_logging
+    from mmseg_whitebox.utils.logs import quiet_logging
     from mmseg_whitebox.robustness.shared_encoder import (
         NoiseSetting, SharedEncoderEvaluation)
     device, _ = prepare_run(options.device, options.threads, None)

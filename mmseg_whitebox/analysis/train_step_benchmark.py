@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json
+from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
                         prepare_run, project_configs, start_report)
 from .memory import peak_memory, skipped
@@ -198,28 +199,31 @@ def run_train_step_benchmark(out: str,
     options = options or BenchmarkOptions()
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)
-    built = build_trainable(list(models), size, torch_device, options.seed,
+    built = build_trainable(list(models), size, torch_device,
+                            options.seed,
                             config_root or project_configs(), with_cp,
                             banded_loss)
-    facts = start_report(
-        out, torch_device, f'size {size.upper()}, batch {batch}'
-        + (', with_cp' if with_cp else '')
-        + (f', banded loss {banded_loss} rows' if banded_loss else ''),
-        options.amp)
-    setup = dict(machine=facts, size=size, batch=batch, with_cp=with_cp,
-                 banded_loss=banded_loss, amp=options.amp)
-    history: Dict[str, List[Dict]] = {}
-    done: List[Dict] = []
+    with lock_folder(out, '--out'):  # one run writes there at a time
+        facts = start_report(
+            out, torch_device, f'size {size.upper()}, batch {batch}'
+            + (', with_cp' if with_cp else '')
+            + (f', banded loss {banded_loss} rows' if banded_loss else ''),
+            options.amp)
+        setup = dict(machine=facts, size=size, batch=batch, with_cp=with_cp,
+                     banded_loss=banded_loss, amp=options.amp)
+        history: Dict[str, List[Dict]] = {}
+        done: List[Dict] = []
 
-    def measure(crop):
-        rows = measure_size(built, crop, batch, options, torch_device,
-                            history, memory_limit)
-        done.extend(rows)  # kept if a larger size exhausts the memory
-        write_json(osp.join(out, 'benchmark.json'),
-                   dict(setup, results=done, partial=True))
-        return rows
+        def measure(crop):
+            rows = measure_size(built, crop, batch, options, torch_device,
+                                history, memory_limit)
+            done.extend(rows)  # kept if a larger size exhausts the memory
+            write_json(osp.join(out, 'benchmark.json'),
+                       dict(setup, results=done, partial=True))
+            return rows
 
-    return BENCHMARK.run(out, sizes, measure, setup,
-                         f'training step ({size.upper()}, batch {batch})',
-                         ('step_ms', 'mem_step'), latency=('step_ms', ),
-                         memory=('mem_step', ))
+        return BENCHMARK.run(
+            out, sizes, measure, setup,
+            f'training step ({size.upper()}, batch {batch})',
+            ('step_ms', 'mem_step'), latency=('step_ms', ),
+            memory=('mem_step', ))

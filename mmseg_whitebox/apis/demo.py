@@ -38,14 +38,15 @@ from mmseg_whitebox.datasets.synthetic_ade20k import (SyntheticADE20KSpec,
                                                       generate_synthetic_ade20k,
                                                       load_meta, sample_name)
 from mmseg_whitebox.engine.hooks import LAST_CHECKPOINT
+from mmseg_whitebox.engine.model_index import config_path
+from mmseg_whitebox.engine.runner_config import runner_config
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .demo_models import (DEFAULT_MODELS, DEMO_MODELS, data_options,
                           freeze_options, schedule_options)
 from .evaluation import evaluate_checkpoint
-from .model_index import config_path
-from .runner_config import runner_config
 from .training import train_model
 
 Log = Callable[[str], None]
@@ -142,34 +143,35 @@ def run_demo(options: Optional[DemoOptions] = None,
     sweep (clean, removed, usage per layer, mIoU per sigma)."""
     options = options or DemoOptions()
     start = time.time()
-    check_writable_folder(options.out, '--out')
     check_writable_folder(options.data, '--data')
-    log('== 1. synthetic ADE20K-layout data '
-        f'({options.dataset.variant} variant)')
-    data_root = generate_synthetic_ade20k(options.data, options.dataset)
-    meta = load_meta(data_root)
-    chance = chance_miou(meta['val_pixel_counts'])
-    log(f'{data_root}: {options.dataset.num_train} train / '
-        f'{options.dataset.num_val} val images, '
-        f'{len(meta["classes_present"])} classes, chance mIoU {chance:.2f}')
-    summary: Dict[str, Any] = dict(
-        data_root=data_root, chance_miou=chance,
-        frozen_encoder=options.freeze_encoder, models={})
-    for name in options.models:
-        summary['models'][name] = _train_and_test(
-            name, options, data_root, log)
+    with lock_folder(options.out, '--out'):  # one demo writes there at a time
+        log('== 1. synthetic ADE20K-layout data '
+            f'({options.dataset.variant} variant)')
+        data_root = generate_synthetic_ade20k(options.data, options.dataset)
+        meta = load_meta(data_root)
+        chance = chance_miou(meta['val_pixel_counts'])
+        log(f'{data_root}: {options.dataset.num_train} train / '
+            f'{options.dataset.num_val} val images, '
+            f'{len(meta["classes_present"])} classes, chance mIoU '
+            f'{chance:.2f}')
+        summary: Dict[str, Any] = dict(
+            data_root=data_root, chance_miou=chance,
+            frozen_encoder=options.freeze_encoder, models={})
+        for name in options.models:
+            summary['models'][name] = _train_and_test(
+                name, options, data_root, log)
 
-    swept = [n for n in (options.sweep_models or options.models)
-             if n in summary['models']]
-    if swept and options.sweep:
-        log('== 5. robustness to decoder-attention noise')
-        for name in swept:
-            summary['models'][name]['robustness'] = _sweep(
-                name, summary['models'][name], options, data_root, log)
-        summary['robustness_plot'] = _plot_sweeps(swept, options)
-    summary['wall_time_s'] = time.time() - start
-    write_json(osp.join(options.out, SUMMARY), summary)
-    return summary
+        swept = [n for n in (options.sweep_models or options.models)
+                 if n in summary['models']]
+        if swept and options.sweep:
+            log('== 5. robustness to decoder-attention noise')
+            for name in swept:
+                summary['models'][name]['robustness'] = _sweep(
+                    name, summary['models'][name], options, data_root, log)
+            summary['robustness_plot'] = _plot_sweeps(swept, options)
+        summary['wall_time_s'] = time.time() - start
+        write_json(osp.join(options.out, SUMMARY), summary)
+        return summary
 
 
 def _train_and_test(name: str, options: DemoOptions, data_root: str,
@@ -231,8 +233,9 @@ def _infer_and_draw(model: Any, data_root: str,
     import numpy as np
     from mmseg.apis import inference_model
 
-    from .image_demo import dataset_meta
-    from .overlay import config_name, overlay_figure
+    from mmseg_whitebox.visualization.overlay import (config_name,
+                                                      dataset_meta,
+                                                      overlay_figure)
 
     name = sample_name('validation', 0)
     img_path = osp.join(data_root, 'images', 'validation', name + '.jpg')

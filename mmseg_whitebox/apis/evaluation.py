@@ -9,11 +9,13 @@ images whose input or prediction is not finite counted and reported.
 """
 from __future__ import annotations
 
+import contextlib
 import os.path as osp
 import sys
 from typing import Any, Dict, Optional
 
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
+from mmseg_whitebox.engine.runner_config import drop_training
 from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
                                                     check_checkpoint_file)
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
@@ -21,9 +23,9 @@ from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                check_work_dir,
                                                check_writable_folder,
                                                reported_errors)
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
 from .run_checks import check_tta, num_classes_problem
-from .runner_config import drop_training
 
 
 def evaluate_checkpoint(cfg: Any,
@@ -48,7 +50,9 @@ def evaluate_checkpoint(cfg: Any,
     output.
 
     Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for an
-    input that cannot be tested, before the Runner is built.
+    input that cannot be tested, before the Runner is built, and when
+    another run writes into the work dir or ``out`` (both are locked while
+    the test runs, :mod:`~mmseg_whitebox.utils.run_lock`).
     """
     if out is not None:  # before any work, as the other tools
         check_writable_folder(out, '--out')
@@ -61,37 +65,42 @@ def evaluate_checkpoint(cfg: Any,
     if show_dir:
         check_writable_folder(osp.join(cfg.work_dir, show_dir),
                               '--show-dir')
-    cfg.load_from = checkpoint
-    if show or show_dir:
-        _enable_visualization(cfg, show, show_dir, wait_time)
-    if tta:
-        check_tta(cfg)
-        cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
-        cfg.tta_model.module = cfg.model
-        cfg.model = cfg.tta_model
-    if out is not None:
-        cfg.test_evaluator['output_dir'] = out
-        cfg.test_evaluator['keep_results'] = True
-    drop_training(cfg)
-    check_data_roots(cfg, ('test_dataloader', ))
+    with contextlib.ExitStack() as locks:  # one run writes there at a time
+        if out is not None:
+            locks.enter_context(lock_folder(out, '--out'))
+        # last: a failure's traceback is logged in the work dir
+        locks.enter_context(lock_folder(cfg.work_dir, '--work-dir'))
+        cfg.load_from = checkpoint
+        if show or show_dir:
+            _enable_visualization(cfg, show, show_dir, wait_time)
+        if tta:
+            check_tta(cfg)
+            cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+            cfg.tta_model.module = cfg.model
+            cfg.model = cfg.tta_model
+        if out is not None:
+            cfg.test_evaluator['output_dir'] = out
+            cfg.test_evaluator['keep_results'] = True
+        drop_training(cfg)
+        check_data_roots(cfg, ('test_dataloader', ))
 
-    warnings = [w for w in (num_classes_problem(cfg), ) if w]
-    for warning in warnings:
-        print(f'WARNING: {warning}', file=sys.stderr)
+        warnings = [w for w in (num_classes_problem(cfg), ) if w]
+        for warning in warnings:
+            print(f'WARNING: {warning}', file=sys.stderr)
 
-    from mmengine.runner import Runner
-    runner = Runner.from_cfg(cfg)
-    runner.register_hook(CheckpointCheckHook(
-        allow_partial_checkpoint, allow_nonfinite_weights,
-        '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
-    counter = NonFiniteCounter()
-    runner.register_hook(counter)
-    with reported_errors(cfg):
-        metrics = runner.test()
-    warnings += [w for w in (counter.summary(), ) if w]
-    for warning in warnings:  # last, after mmengine's own output
-        print(f'WARNING: {warning}', file=sys.stderr)
-    return metrics
+        from mmengine.runner import Runner
+        runner = Runner.from_cfg(cfg)
+        runner.register_hook(CheckpointCheckHook(
+            allow_partial_checkpoint, allow_nonfinite_weights,
+            '--allow-partial-checkpoint', '--allow-nonfinite-weights'))
+        counter = NonFiniteCounter()
+        runner.register_hook(counter)
+        with reported_errors(cfg):
+            metrics = runner.test()
+        warnings += [w for w in (counter.summary(), ) if w]
+        for warning in warnings:  # last, after mmengine's own output
+            print(f'WARNING: {warning}', file=sys.stderr)
+        return metrics
 
 
 def _enable_visualization(cfg: Any, show: bool, show_dir: Optional[str],

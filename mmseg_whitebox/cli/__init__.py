@@ -1,11 +1,10 @@
 """The command-line layer under ``tools/``: the options the tools share,
 their Runner configs, and how a failure is reported (a user's mistake as one line and exit status 2,
 anything else as a bug: exit status 1, its traceback in a log file)."""
-from mmseg_whitebox.apis.runner_config import (HOOK_TYPE, drop_training,
-                                               ensure_weights_only_checkpoints)
+from mmseg_whitebox.engine.runner_config import (
+    HOOK_TYPE, drop_training, ensure_weights_only_checkpoints, load_config)
 from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
                                              ToolError)
-from .configs import load_config
 from .options import (CfgOptionsAction, add_cfg_options_arg,
                       add_checkpoint_check_args, add_common_args,
                       add_dataclass_args, options_from_args,

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from mmseg_whitebox.apis.model_index import resources_root
+from mmseg_whitebox.engine.model_index import resources_root
 from mmseg_whitebox.converters import segmenter as sc
 from mmseg_whitebox.converters.vit import augreg_to_timm
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained

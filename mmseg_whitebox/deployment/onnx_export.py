@@ -54,10 +54,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmseg_whitebox.apis.image_demo import dataset_meta
-from mmseg_whitebox.apis.model_index import read_config
-from mmseg_whitebox.apis.overlay import config_name
 from mmseg_whitebox.compat import UnsafeCheckpointError
+from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.utils.atomic import (atomic_path, check_not_input,
                                          write_json)
 from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
@@ -67,6 +65,7 @@ from mmseg_whitebox.utils.input_checks import (check_checkpoint,
 from mmseg_whitebox.utils.run_lock import lock_output_file
 from mmseg_whitebox.utils.tool_error import (CheckFailedError, InputError,
                                              ToolError)
+from mmseg_whitebox.visualization.overlay import config_name, dataset_meta
 
 from .onnx_segmentor import (CV2_INTERPOLATION, METADATA_VERSION,
                              OUTPUT_NAMES, REQUIRED_KEYS, VERSION_KEY,

@@ -4,10 +4,11 @@ images: the logic of ``tools/deployment/onnx_inference.py``.
 Each image is predicted by :class:`~.onnx_segmentor.OnnxSegmentor` (the
 config's test pipeline, normalisation and sliding window around the
 graph, as ``inference_model``) and drawn as the demo's overlay figures
-are (:func:`mmseg_whitebox.apis.overlay.overlay_figure`: the prediction
-on the image, a title naming the model and the image, a legend of the
-classes present). Paths, the graph and its metadata are checked before
-any image is predicted; every bad input is a :class:`ToolError`.
+are (:func:`~mmseg_whitebox.visualization.overlay.overlay_figure`:
+the prediction on the image, a title naming the model and the image, a
+legend of the classes present). Paths, the graph and its metadata are
+checked before any image is predicted; every bad input is a
+:class:`ToolError`; the output folder is locked while it is painted.
 """
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import os.path as osp
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from mmseg_whitebox.apis.image_demo import (check_opacity, list_images,
-                                            output_paths)
-from mmseg_whitebox.apis.overlay import overlay_figure
 from mmseg_whitebox.utils.input_checks import check_image_file
 from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.visualization.images import (check_opacity, list_images,
+                                                 lock_outputs, output_paths)
+from mmseg_whitebox.visualization.overlay import overlay_figure
 
 from .onnx_segmentor import OnnxMetadataError, OnnxSegmentor, load_image
 
@@ -61,24 +62,25 @@ def onnx_inference(model: str, source: str, out_dir: str,
     for image in images:  # headers only: a bad file costs no prediction
         check_image_file(image)
     outputs = output_paths(images, source, out_dir=out_dir)
-    segmentor = load_segmentor(model, providers, threads)
-    name = segmentor.metadata['config']
-    # (the stdout of now: mmengine's default is the one at its import)
-    bar = (ProgressBar(len(images), file=sys.stdout)
-           if progress and len(images) > 1 else None)
-    written = []
-    for image_path, out in zip(images, outputs):
-        try:
-            labels = segmentor(image_path).labels
-        except ValueError as exc:  # e.g. too small for the model
-            raise ToolError(f'{image_path!r}: {exc}') from exc
-        image_name = osp.basename(image_path)
-        overlay_figure(
-            load_image(image_path)[..., ::-1], labels, segmentor.classes,
-            segmentor.palette, name, image_name=image_name,
-            opacity=opacity, out_file=out,
-            title=f'{name} (ONNX, onnxruntime)\n{image_name}')
-        written.append(out)
-        if bar is not None:
-            bar.update()
+    with lock_outputs(out_dir=out_dir):  # one run paints there at a time
+        segmentor = load_segmentor(model, providers, threads)
+        name = segmentor.metadata['config']
+        # (the stdout of now: mmengine's default is the one at its import)
+        bar = (ProgressBar(len(images), file=sys.stdout)
+               if progress and len(images) > 1 else None)
+        written = []
+        for image_path, out in zip(images, outputs):
+            try:
+                labels = segmentor(image_path).labels
+            except ValueError as exc:  # e.g. too small for the model
+                raise ToolError(f'{image_path!r}: {exc}') from exc
+            image_name = osp.basename(image_path)
+            overlay_figure(
+                load_image(image_path)[..., ::-1], labels,
+                segmentor.classes, segmentor.palette, name,
+                image_name=image_name, opacity=opacity, out_file=out,
+                title=f'{name} (ONNX, onnxruntime)\n{image_name}')
+            written.append(out)
+            if bar is not None:
+                bar.update()
     return images, written

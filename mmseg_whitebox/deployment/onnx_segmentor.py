@@ -30,9 +30,10 @@ the settings the exporter stores in the graph's metadata
 
 Only the standard library, numpy, OpenCV and onnxruntime are imported, so
 the file also runs on its own on a machine without torch or mmseg (copy
-it next to the application). The tests compare it with ``inference_model``
-on whole and slide configs (argmax agreement >= 99.9%, logits within 1e-4
-of their scale).
+it and ``mmseg_whitebox/utils/windows.py``, the window grid it shares
+with the robustness evaluation, next to the application). The tests
+compare it with ``inference_model`` on whole and slide configs (argmax
+agreement >= 99.9%, logits within 1e-4 of their scale).
 """
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
+
+try:
+    from ..utils.windows import slide_windows
+except ImportError:  # copied out of the package, beside utils/windows.py
+    from windows import slide_windows
 
 #: version of the metadata the exporter writes and this module reads;
 #: graphs with another version (or none) are refused with advice
@@ -264,26 +270,6 @@ def resize_argmax(logits: np.ndarray, size: Shape,
             band = 1 / (1 + np.exp(-band))
             labels[start:stop] = band[0] > threshold
     return labels, band if with_logits else None
-
-
-# ------------------------------------------------------ slide inference
-def slide_windows(size: Shape, crop: Shape, stride: Shape
-                  ) -> List[Tuple[int, int, int, int]]:
-    """``(y1, y2, x1, x2)`` of every window of mmseg's ``slide_inference``
-    over an input of ``size``, in its order: a grid of ``stride`` steps,
-    the last window of a row or column moved back inside the input, a
-    window never larger than the input."""
-    (h, w), (h_crop, w_crop), (h_stride, w_stride) = size, crop, stride
-    h_grids = max(h - h_crop + h_stride - 1, 0) // h_stride + 1
-    w_grids = max(w - w_crop + w_stride - 1, 0) // w_stride + 1
-    windows = []
-    for h_idx in range(h_grids):
-        for w_idx in range(w_grids):
-            y2 = min(h_idx * h_stride + h_crop, h)
-            x2 = min(w_idx * w_stride + w_crop, w)
-            windows.append((max(y2 - h_crop, 0), y2, max(x2 - w_crop, 0),
-                            x2))
-    return windows
 
 
 def load_image(image: Image) -> np.ndarray:

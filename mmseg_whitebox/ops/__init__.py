@@ -2,11 +2,7 @@
 and the encoders alike. Each returns the *update* of a residual step (the
 caller adds it to the tokens), except ISTA, which returns new tokens.
 MHSA (standard softmax attention) and QKVCBSA (CBSA over a pretrained
-ViT's query/key/value projections) share that interface.
-
-``reference`` holds the straightforward versions the operators are checked
-and timed against."""
-from . import reference
+ViT's query/key/value projections) share that interface."""
 from .cbsa import CBSA
 from .ista import ISTA
 from .mhsa import MHSA
@@ -17,5 +13,5 @@ from .tssa import TSSA
 
 __all__ = [
     'CBSA', 'CrossMSSA', 'ISTA', 'MHSA', 'MSSA', 'QKVCBSA',
-    'SubspaceAttention', 'TSSA', 'reference'
+    'SubspaceAttention', 'TSSA'
 ]

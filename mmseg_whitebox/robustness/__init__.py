@@ -1,6 +1,11 @@
 """Parameter-perturbation robustness: noise sweeps over attention weights,
 with the clean and attention-ablated references that make them honest,
-summary metrics, parameter groups and subspace diagnostics."""
+summary metrics, parameter groups and subspace diagnostics. (Where a
+model's attention sits: :mod:`mmseg_whitebox.models.attention_sites`.)"""
+from mmseg_whitebox.models.attention_sites import (AttentionAblation,
+                                                   AttentionSite,
+                                                   AttentionUsage,
+                                                   find_attention_sites)
 from .compare import compare_sweeps
 from .evaluation import LoopEvaluation, RunnerEvaluation, build_test_runner
 from .groups import GROUPS, group_selections, parameter_groups
@@ -8,8 +13,6 @@ from .noise_robustness import format_summary, run_noise_sweep
 from .perturbation import ParameterNoise
 from .selection import (NAMED_TARGETS, Selection, select_layers,
                         select_parameters)
-from .sites import (AttentionAblation, AttentionSite, AttentionUsage,
-                    find_attention_sites)
 from .subspaces import principal_angles, subspace_change
 from .summary import (attention_unused, mean_ci, normalized_auc,
                       sigma_at_fraction, summarize_results)

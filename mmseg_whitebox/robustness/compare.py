@@ -3,11 +3,11 @@ plot, with the summary metrics of :mod:`.summary` computed over the sigmas
 every sweep has (an AUC depends on the swept range)."""
 from __future__ import annotations
 
-import os
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 from mmseg_whitebox.utils.atomic import write_csv, write_text
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
 from .plotting import load_results, plot_robustness, result_label
 from .summary import (common_sigmas, markdown_table, summarize_results,
@@ -75,13 +75,13 @@ def compare_sweeps(folders: Sequence[str],
         rows += summary_rows(
             summarize_results(results, sigmas=common), columns, label,
             results.get('setup', {}).get('num_parameters'))
-    os.makedirs(out_dir, exist_ok=True)
     paths = {k: osp.join(out_dir, f'comparison.{k}')
              for k in ('md', 'csv', 'png')}
     text = '\n\n'.join([f'# {title or "Robustness to parameter noise"}',
                         markdown_table(rows, columns)] +
                        [f'Note: {n}.' for n in notes] + [FORMULAS]) + '\n'
-    write_text(paths['md'], text)
-    write_csv(paths['csv'], list(rows[0]), rows)
-    plot_robustness(runs, paths['png'], title, sigmas=common)
+    with lock_folder(out_dir, '--out-dir'):  # one run writes there at a time
+        write_text(paths['md'], text)
+        write_csv(paths['csv'], list(rows[0]), rows)
+        plot_robustness(runs, paths['png'], title, sigmas=common)
     return dict(paths, markdown=text)

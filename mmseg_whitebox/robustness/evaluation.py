@@ -13,11 +13,12 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn as nn
 
-from mmseg_whitebox.apis.runner_config import drop_training, runner_config
+from mmseg_whitebox.engine.runner_config import drop_training, runner_config
 from mmseg_whitebox.utils.input_checks import (check_checkpoint,
                                                check_data_roots,
                                                check_work_dir)
-from .metrics import Metrics, quiet_logging
+from mmseg_whitebox.utils.logs import quiet_logging
+from .metrics import Metrics
 from .shared_encoder import SharedEncoderEvaluation
 
 

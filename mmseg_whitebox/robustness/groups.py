@@ -30,9 +30,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
+from mmseg_whitebox.models.attention_sites import (KIND_MMCV_MHA,
+                                                   KIND_RESIDUAL_BLOCK)
 from mmseg_whitebox.utils.tool_error import InputError
 from .selection import Selection
-from .sites import KIND_MMCV_MHA, KIND_RESIDUAL_BLOCK
 
 #: per site kind, (group, pattern on the name inside the operator)
 ROLE_RULES: Dict[str, List[Tuple[str, str]]] = {

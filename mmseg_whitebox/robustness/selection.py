@@ -25,8 +25,10 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
+from mmseg_whitebox.models.attention_sites import (AttentionSite,
+                                                   find_attention_sites,
+                                                   unwrap_model)
 from mmseg_whitebox.utils.tool_error import InputError
-from .sites import AttentionSite, _unwrap, find_attention_sites
 
 NAMED_TARGETS = ('decoder-attention', 'decoder', 'encoder-attention')
 
@@ -70,7 +72,7 @@ def select_parameters(model: nn.Module,
         InputError: (a ``ValueError``) with the available choices, if
             nothing is selected or a layer index does not exist.
     """
-    model = _unwrap(model)
+    model = unwrap_model(model)
     named = [(n, p) for n, p in model.named_parameters()]
     if target in NAMED_TARGETS:
         scope = _scope(target)

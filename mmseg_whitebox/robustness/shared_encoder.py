@@ -35,10 +35,11 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.engine.hooks import count_nonfinite
-from .metrics import Metrics, quiet_logging
+from mmseg_whitebox.models.attention_sites import unwrap_model
+from mmseg_whitebox.utils.logs import quiet_logging
+from .metrics import Metrics
 from .perturbation import ParameterNoise
 from .shared_inference import HeadInference, fast_path_unsupported
-from .sites import _unwrap
 
 
 @dataclass
@@ -61,7 +62,7 @@ def shared_encoder_unsupported(model: nn.Module,
     parameter must lie in its decode head, or the encoder's output would
     change with the noise."""
     from mmseg.models.segmentors import EncoderDecoder
-    model = _unwrap(model)
+    model = unwrap_model(model)
     if not isinstance(model, EncoderDecoder):
         return (f'the model is a {type(model).__name__}, not an mmseg '
                 'EncoderDecoder')
@@ -188,7 +189,7 @@ class SharedEncoderEvaluation:
 
     def _perturbed_head(self, setting: NoiseSetting,
                         stack: ExitStack) -> nn.Module:
-        head = _unwrap(self.model).decode_head
+        head = unwrap_model(self.model).decode_head
         twin = copy.deepcopy(head)
         twins = dict(zip((id(p) for p in head.parameters()),
                          twin.parameters()))
@@ -263,7 +264,7 @@ class SharedEncoderEvaluation:
             raise ValueError(f'{len(settings)} settings in one pass, more '
                              f'than max_heads={self.max_heads}')
         from mmengine.runner.amp import autocast
-        model = _unwrap(self.model)
+        model = unwrap_model(self.model)
         model.eval()
         fast = (HeadInference(model) if fast_path_unsupported(
             model, self.evaluator) is None else None)

@@ -39,9 +39,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..deployment.onnx_segmentor import slide_windows
 from mmseg_whitebox.engine.hooks import count_nonfinite
 from mmseg_whitebox.ops.precision import autocast_dtype
+from mmseg_whitebox.utils.windows import slide_windows
 
 Window = Tuple[int, int, int, int]  # y1, y2, x1, x2
 

@@ -27,11 +27,11 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from mmseg_whitebox.models.attention_sites import AttentionSite
 from mmseg_whitebox.ops.subspace import SubspaceAttention
 
 from .perturbation import ParameterNoise
 from .selection import Selection
-from .sites import AttentionSite
 
 
 def principal_angles(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch.nn as nn
 
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
+from mmseg_whitebox.models.attention_sites import (AttentionAblation,
+                                                   AttentionUsage)
 from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
@@ -46,7 +48,6 @@ from .perturbation import ParameterNoise
 from .resume import setup_differences, with_config_digest
 from .selection import Selection
 from .shared_encoder import NoiseSetting, SharedEncoderEvaluation
-from .sites import AttentionAblation, AttentionUsage
 from .summary import attention_unused, summarize_results, summary_rows
 from .sweep_options import NoiseSweepOptions
 

@@ -1,18 +1,18 @@
-"""One writer per output: an advisory lock that a second run on the same
-output folder (or file) meets at once, instead of both writing into it.
+"""One writer per output: a lock that a second run on the same output
+folder (or file) meets at once, instead of both writing into it.
 
-The lock is a file, ``<folder>/.lock`` (``<file>.lock`` for an output
-file), holding the owner's record: PID, host, start time and command
-line. On POSIX the owner also holds ``fcntl.flock`` on it, which the
-kernel drops when the process ends however it ends; so a lock file left
-by a killed run (its record still there, its flock gone) is taken over by
-the next run, with a note. Where flock is not available (some network
-file systems, Windows) the record decides: a lock whose process is still
-running on this host is respected, one whose process is gone is taken
-over.
+The lock is :class:`filelock.FileLock` on ``<folder>/.lock``
+(``<file>.lock`` for an output file): an OS lock (``flock`` on Linux and
+macOS, ``LockFileEx`` on Windows) that the system drops when the process
+ends, however it ends, so a run that was killed never blocks the next one.
+Beside it, ``<lock>.owner`` records who holds it (PID, host, start time,
+command line), for the message that a second run gets
+(:class:`~.tool_error.ToolError`, exit status 2, before it has written
+anything) and for the note of a run that finds the record of a killed one
+(its lock free) and takes over. Where a file system has no OS locks,
+filelock falls back to a lock file of its own, which it breaks once its
+owner is gone.
 
-A second run refused the lock gets a :class:`~.tool_error.ToolError`
-naming the running one (exit status 2, before it has written anything).
 Only the first process of a distributed run (rank 0) locks: its other
 processes share its lock.
 
@@ -32,30 +32,32 @@ import weakref
 from dataclasses import asdict, dataclass
 from typing import Dict, Optional
 
+from filelock import FileLock, Timeout
+
+from .atomic import write_json
 from .input_checks import check_writable_folder
 from .tool_error import ToolError
-
-try:
-    import fcntl
-except ImportError:  # Windows: the PID record alone decides
-    fcntl = None
 
 #: the lock file of a locked folder
 LOCK_NAME = '.lock'
 #: the suffix of the lock file of a locked output file
 LOCK_SUFFIX = '.lock'
+#: the suffix of the owner's record beside a lock file
+OWNER_SUFFIX = '.owner'
 #: environment variables that give a process's rank in a distributed run
 #: before torch.distributed is initialised (torchrun, MPI, Slurm)
 RANK_VARIABLES = ('RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID')
-#: the longest command line a message repeats (the lock file has it all)
+#: the longest command line a message repeats (the record has it all)
 COMMAND_CHARS = 100
-#: tries to get a lock file that another process removes meanwhile
-ATTEMPTS = 10
+#: errors creating a lock file that are the output path's, not a bug
+USER_ERRNOS = tuple(getattr(errno, name) for name in (
+    'EACCES', 'EPERM', 'EROFS', 'ENOSPC', 'EDQUOT', 'ENOENT', 'ENOTDIR')
+    if hasattr(errno, name))
 
 
 @dataclass
 class LockRecord:
-    """Who holds a lock: what is written into the lock file."""
+    """Who holds a lock: what is written beside the lock file."""
     pid: int
     host: str
     started: str
@@ -70,8 +72,7 @@ class LockRecord:
 
     @classmethod
     def parse(cls, text: str) -> Optional['LockRecord']:
-        """The record in ``text``; None if it is empty or damaged (the
-        writer was killed while writing it)."""
+        """The record in ``text``; None if it is empty or damaged."""
         try:
             data = json.loads(text)
             return cls(pid=int(data['pid']), host=str(data['host']),
@@ -90,30 +91,33 @@ class LockRecord:
     def is_this_process(self) -> bool:
         return self.pid == os.getpid() and self.host == socket.gethostname()
 
-    def running(self) -> bool:
-        """Whether the process may still run: it does on this host, or
-        the record is another host's (which cannot be asked)."""
-        if self.host != socket.gethostname():
-            return True
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # another user's process
-            return True
-        return True
+
+def owner_path(lock_path: str) -> str:
+    """The file beside ``lock_path`` that names its holder."""
+    return lock_path + OWNER_SUFFIX
+
+
+def read_owner(lock_path: str) -> Optional[LockRecord]:
+    """The record beside ``lock_path``; None if there is none (or it is
+    unreadable: its writer was killed while writing, or it is gone)."""
+    try:
+        with open(owner_path(lock_path), encoding='utf-8',
+                  errors='replace') as f:
+            return LockRecord.parse(f.read())
+    except OSError:
+        return None
 
 
 class _Held:
-    """A lock file this process holds: its open descriptor (which holds
-    the flock) and how many :class:`RunLock` handles share it."""
+    """A lock this process holds: its :class:`FileLock` and how many
+    :class:`RunLock` handles share it."""
 
-    def __init__(self, path: str, fd: int) -> None:
-        self.path, self.fd, self.count = path, fd, 0
+    def __init__(self, path: str, lock: FileLock) -> None:
+        self.path, self.lock, self.count = path, lock, 0
         self.pid = os.getpid()
 
 
-#: lock files held by this process (real path -> _Held)
+#: locks held by this process (real path of the lock file -> _Held)
 _HELD: Dict[str, _Held] = {}
 #: the folder the current run writes into (see :func:`output_folder`)
 _OUTPUT_FOLDER: Optional[str] = None
@@ -122,11 +126,13 @@ _OUTPUT_FOLDER: Optional[str] = None
 class RunLock:
     """A handle on a held lock. :meth:`release` (or leaving its ``with``
     block, or the handle being garbage collected, or the process ending)
-    gives it up; the lock file is removed when the last handle of this
-    process goes. Handles of the same lock in one process share it."""
+    gives it up; the lock is released and its files removed when the last
+    handle of this process goes. Handles of the same lock in one
+    process share it."""
 
     def __init__(self, held: Optional[_Held]) -> None:
         self.path = held.path if held else None
+        self.owner_path = owner_path(held.path) if held else None
         if held is not None:
             held.count += 1
             self._finalizer = weakref.finalize(self, _release, held)
@@ -145,8 +151,8 @@ class RunLock:
 
 
 def _release(held: _Held) -> None:
-    """Drop one handle of ``held``; with the last, remove the lock file
-    and close it (which drops the flock). A forked child (a dataloader
+    """Drop one handle of ``held``; with the last, remove the owner record
+    and the lock file, then release the lock. A forked child (a dataloader
     worker) leaves its parent's lock alone."""
     if os.getpid() != held.pid:
         return
@@ -155,13 +161,18 @@ def _release(held: _Held) -> None:
         return
     _HELD.pop(osp.realpath(held.path), None)
     try:
-        if osp.exists(held.path) and osp.samestat(os.stat(held.path),
-                                                  os.fstat(held.fd)):
-            os.remove(held.path)  # before the flock goes: nobody else has it
-    except OSError:
-        pass  # a lock file that cannot be removed is taken over next time
+        # removed while still held, so no folder keeps a lock file: a run
+        # that opened the file just before and locks it just after the
+        # release finds it unlinked (filelock checks the link count after
+        # locking) and is refused, instead of holding a lock on a file that
+        # a third run has created anew
+        for path in (owner_path(held.path), held.path):
+            try:
+                os.remove(path)
+            except OSError:
+                pass  # e.g. Windows keeps a locked file: reused next time
     finally:
-        os.close(held.fd)
+        held.lock.release()
 
 
 def secondary_rank() -> bool:
@@ -180,98 +191,49 @@ def secondary_rank() -> bool:
     return False
 
 
-def _read(fd: int) -> Optional[LockRecord]:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while True:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return LockRecord.parse(b''.join(chunks).decode('utf-8', 'replace'))
-
-
-def _write(fd: int, record: LockRecord) -> None:
-    data = json.dumps(asdict(record)).encode('utf-8')
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, data)
-    os.fsync(fd)
-
-
 def _refuse(label: str, path: str, record: Optional[LockRecord]) -> ToolError:
     who = f'by {record}' if record else 'by another run (no record yet)'
     return ToolError(
         f'{label} is in use {who}: one run writes there at a time. Wait '
-        'for that run to end, stop it, or choose another output; if no such '
-        f'run exists any more, delete the lock file {path!r}')
-
-
-def _flock(fd: int) -> Optional[bool]:
-    """Take the flock of ``fd`` without waiting: True if taken, False if
-    another process holds it, None where flock cannot be used."""
-    if fcntl is None:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    except OSError as exc:
-        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP,
-                         errno.EINVAL, errno.ENOSYS):
-            return None
-        raise
+        'for that run to end, stop it, or choose another output (the lock '
+        f'is {path!r})')
 
 
 def acquire(path: str, label: str) -> RunLock:
     """Lock the lock file ``path`` for this process (``label`` names the
-    output in messages). Raises :class:`ToolError` when another running
-    process holds it; takes over, with a note on stderr, a lock whose
-    process has ended."""
+    output in messages) without waiting. Raises :class:`ToolError` when
+    another process holds it; notes on stderr the record of a run that
+    held it and has ended (killed or crashed) before replacing it with
+    this process's."""
     if secondary_rank():
         return RunLock(None)
     key = osp.realpath(path)
     held = _HELD.get(key)
     if held is not None and held.pid == os.getpid():
         return RunLock(held)
-    for _ in range(ATTEMPTS):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise ToolError(f'cannot create the lock file {path!r} of '
-                            f'{label} ({exc.strerror}): choose a writable '
-                            'output') from exc
-        try:
-            locked = _flock(fd)
-            previous = _read(fd)
-            if locked is False:
-                raise _refuse(label, path, previous)
-            if locked is None and previous is not None and \
-                    not previous.is_this_process() and previous.running():
-                raise _refuse(label, path, previous)
-            try:  # still the file at ``path``, not one its owner removed?
-                current = os.stat(path)
-            except FileNotFoundError:
-                current = None
-            if current is None or not osp.samestat(current, os.fstat(fd)):
-                os.close(fd)
-                continue
-            if previous is not None and not previous.is_this_process():
-                print(f'note: taking over the lock {path!r} of {label}: it '
-                      f'was held by {previous}, which no longer holds it '
-                      '(the run was killed or crashed)', file=sys.stderr)
-            _write(fd, LockRecord.of_this_process())
-        except BaseException:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    lock = FileLock(path, thread_local=False)  # released by any thread
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise _refuse(label, path, read_owner(path)) from None
+    except OSError as exc:
+        if exc.errno not in USER_ERRNOS:
             raise
-        held = _HELD[key] = _Held(path, fd)
-        return RunLock(held)
-    raise ToolError(f'could not lock {path!r} of {label}: another process '
-                    'keeps removing it; is a run being started there?')
+        raise ToolError(f'cannot create the lock file {path!r} of '
+                        f'{label} ({exc.strerror}): choose a writable '
+                        'output') from exc
+    try:
+        previous = read_owner(path)
+        if previous is not None and not previous.is_this_process():
+            print(f'note: taking over the lock {path!r} of {label}: it '
+                  f'was held by {previous}, which no longer holds it '
+                  '(the run was killed or crashed)', file=sys.stderr)
+        write_json(owner_path(path), asdict(LockRecord.of_this_process()))
+    except BaseException:
+        lock.release()
+        raise
+    held = _HELD[key] = _Held(path, lock)
+    return RunLock(held)
 
 
 def note_output_folder(folder: str) -> None:

@@ -52,7 +52,7 @@ def main(argv=None):
     args = parse_args(argv)
     from mmseg_whitebox.deployment.onnx_export import require_deploy_packages
     require_deploy_packages()
-    from mmseg_whitebox.deployment.onnx_benchmark import benchmark_onnx
+    from mmseg_whitebox.analysis.onnx_benchmark import benchmark_onnx
     try:
         configs = {name: config_path(DEMO_MODELS[name])
                    for name in args.models}

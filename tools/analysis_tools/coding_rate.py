@@ -18,7 +18,7 @@ import os.path as osp
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.coding_rate_report import coding_rate_report
-from mmseg_whitebox.apis.model_index import read_config
+from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 
 

@@ -15,7 +15,7 @@ import argparse
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.model_complexity import (config_complexity,
                                                       default_shape)
-from mmseg_whitebox.apis.model_index import read_config
+from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.tool_error import InputError, ToolError

@@ -15,7 +15,7 @@ writes after the save returns) are in place. ``last_checkpoint`` itself,
 which mmengine writes with ``open(path, 'w')`` (emptying it first), is
 written through a temporary file too. A killed save leaves the previous
 checkpoint, still named by ``last_checkpoint``.
-:func:`~mmseg_whitebox.apis.runner_config.runner_config` puts it in
+:func:`~mmseg_whitebox.engine.runner_config.runner_config` puts it in
 place of mmengine's hook.
 """
 from __future__ import annotations

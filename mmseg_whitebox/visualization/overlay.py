@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import os.path as osp
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +42,28 @@ def new_visualizer(classes: Sequence[str], palette: Sequence[Sequence[int]],
     # (not via __init__: mmseg 1.2.2 swaps classes and palette there)
     visualizer.set_dataset_meta(list(classes), [list(c) for c in palette])
     return visualizer
+
+
+def dataset_meta(model) -> Tuple[list, list]:
+    """Class names and palette to paint with: the checkpoint's, else
+    those of an mmseg dataset with the model's number of classes (as
+    mmseg's ``init_model``), else numbered classes in fixed random colours,
+    so that every predicted label has a colour."""
+    from mmseg.utils import dataset_aliases, get_classes, get_palette
+
+    meta = getattr(model, 'dataset_meta', None) or {}
+    classes, palette = meta.get('classes'), meta.get('palette')
+    num_classes = getattr(getattr(model, 'decode_head', None),
+                          'num_classes', None) or len(classes or [])
+    if classes and palette and len(classes) == len(palette):
+        return list(classes), [list(c) for c in palette]
+    if not classes:
+        for name in dataset_aliases:
+            if len(get_classes(name)) == num_classes:
+                return list(get_classes(name)), get_palette(name)
+        classes = [f'class {i}' for i in range(num_classes)]
+    rng = np.random.default_rng(0)
+    return list(classes), rng.integers(0, 256, (len(classes), 3)).tolist()
 
 
 def paint_labels(visualizer, image: np.ndarray,

@@ -11,10 +11,10 @@ configs whose names mmseg already uses are reachable under their
 
 :func:`config_path` turns a model name, a config file name or a path
 relative to ``configs/`` into the config file, for what takes a path
-(``mmseg.apis.init_model``, the tools), and :func:`read_config` reads it,
-checked, with ``--cfg-options`` merged in. The configs and tools live in the
-checkout (an editable install) or, in a wheel, in the package's ``.mim``
-folder, which the build fills from the checkout (see ``setup.py``).
+(``mmseg.apis.init_model``, the tools; :func:`~.config.read_config` reads
+it). The configs and tools live in the checkout (an editable install) or,
+in a wheel, in the package's ``.mim`` folder, which the build fills from
+the checkout (see ``setup.py``).
 """
 from __future__ import annotations
 
@@ -22,12 +22,6 @@ import difflib
 import glob
 import os.path as osp
 from typing import Dict, Iterator, List, Optional
-
-from mmengine.config import Config
-
-from mmseg_whitebox.utils.input_checks import (check_config_file,
-                                               check_config_values)
-from mmseg_whitebox.utils.tool_error import ToolError
 
 #: the alias prefix of project models whose name mmseg already uses
 ALIAS_PREFIX = 'mmseg_whitebox:'
@@ -160,23 +154,3 @@ def _is_mmseg_dir(dir: str) -> bool:
         return False
     return osp.realpath(dir) == osp.realpath(mmseg_dir)
 
-
-def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
-    """The config file ``path`` with ``--cfg-options`` merged in; ``path``
-    may also name one of this project's configs (a model name, see
-    :func:`mmseg_whitebox.apis.config_path`). A missing, empty or
-    unparseable file and impossible settings are a :class:`ToolError`
-    (:mod:`~mmseg_whitebox.utils.input_checks`). (:func:`load_config` adds
-    what running a Runner needs: work dir, launcher, checkpoint hook.)"""
-    if not osp.exists(path):
-        try:
-            path = config_path(path)
-        except FileNotFoundError as exc:
-            raise ToolError(f'config file {path!r} does not exist '
-                            f'({exc})') from exc
-    check_config_file(path)
-    cfg = Config.fromfile(path)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    check_config_values(cfg)
-    return cfg

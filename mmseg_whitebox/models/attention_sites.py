@@ -70,7 +70,7 @@ class AttentionSite:
                 for n, p in self.attention.named_parameters()]
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
+def unwrap_model(model: nn.Module) -> nn.Module:
     """The model inside DDP/MMDistributedDataParallel wrappers."""
     return getattr(model, 'module', model)
 
@@ -79,7 +79,7 @@ def find_attention_sites(model: nn.Module,
                          scope: str = 'decode_head') -> List[AttentionSite]:
     """All attention sites under the module named ``scope`` (``''`` for the
     whole model), in module order."""
-    model = _unwrap(model)
+    model = unwrap_model(model)
     sites: List[AttentionSite] = []
     prefix = f'{scope}.' if scope else ''
     for name, module in model.named_modules():

@@ -3,16 +3,20 @@ model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
 the hook that makes every checkpoint load weights-only, the checkpoint
 hook that writes them atomically, the logger hook whose test metrics
 file only the main process writes and the hook that stops dataloader
-workers when the run ends."""
+workers when the run ends; :func:`load_config` takes them from a tool's
+common options."""
 from __future__ import annotations
 
+import argparse
+import os
 import os.path as osp
 from typing import Optional
 
 from mmengine.config import Config
 
-from mmseg_whitebox.apis.model_index import read_config
 from mmseg_whitebox.utils.distributed import setup_distributed
+
+from .config import read_config
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
@@ -50,6 +54,16 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     # after the config is complete: gloo and CPU processes without CUDA
     setup_distributed(cfg)
     return cfg
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The Runner config of ``args.config`` with a tool's common options
+    (``--cfg-options``, ``--work-dir``, ``--launcher``, ``--local-rank``)
+    applied."""
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(getattr(args, 'local_rank', 0))
+    return runner_config(args.config, args.cfg_options, args.work_dir,
+                         args.launcher)
 
 
 def ensure_weights_only_checkpoints(cfg: Config) -> None:

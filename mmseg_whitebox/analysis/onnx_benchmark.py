@@ -1,5 +1,5 @@
 """onnxruntime against PyTorch on the CPU: the time from an image to its
-prediction, :class:`~.onnx_segmentor.OnnxSegmentor` against mmseg's
+prediction, :class:`~mmseg_whitebox.deployment.OnnxSegmentor` against mmseg's
 ``inference_model``, for whole-image inference; the logic of
 ``tools/analysis_tools/benchmark_onnx.py``.
 
@@ -15,7 +15,6 @@ difference of the two predictions come with them.
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
 from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Tuple
@@ -23,12 +22,14 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from mmseg_whitebox.analysis import benchmark as common
+from mmseg_whitebox.deployment.onnx_export import (SegLogits,
+                                                   deployment_metadata,
+                                                   export_onnx, image_parity)
+from mmseg_whitebox.deployment.onnx_segmentor import OnnxSegmentor
 from mmseg_whitebox.utils.atomic import write_json, write_text
+from mmseg_whitebox.utils.run_lock import lock_folder
 
-from .onnx_export import (SegLogits, deployment_metadata, export_onnx,
-                          image_parity)
-from .onnx_segmentor import OnnxSegmentor
+from . import benchmark as common
 
 #: the default image: ADE20K's typical 512x683 (the demo configs' test
 #: resize brings it to 128x171)
@@ -69,8 +70,8 @@ def timed_calls(model: torch.nn.Module, segmentor: OnnxSegmentor,
 def measure(name: str, model: torch.nn.Module, segmentor: OnnxSegmentor,
             image: np.ndarray, options: common.BenchmarkOptions) -> Dict:
     """One row: ``segmentor`` (``model``'s graph) checked against
-    ``model`` on ``image`` (:func:`~.onnx_export.image_parity`), and
-    both timed (:func:`timed_calls`)."""
+    ``model`` on ``image`` (:func:`~mmseg_whitebox.deployment.onnx_export.
+    image_parity`), and both timed (:func:`timed_calls`)."""
     parity = image_parity(model, segmentor, image)
     times = common.time_interleaved(
         timed_calls(model, segmentor, image), torch.device('cpu'),
@@ -114,26 +115,26 @@ def benchmark_onnx(configs: Dict[str, str], out_dir: str,
     ``out_dir``; returns the report."""
     options = options or common.BenchmarkOptions(repeats=5, warmup=1,
                                                  max_seconds=None)
-    device, _ = common.prepare_run('cpu', threads, None)
-    os.makedirs(out_dir, exist_ok=True)
-    facts = common.machine(device)
-    log(common.machine_line(facts, 'onnxruntime vs PyTorch, whole-image '
-                            'inference', None))
-    image = smooth_image(*image_hw, seed=options.seed)
-    models = common.build_models(configs, device, options.seed,
-                                 {'model.test_cfg.mode': 'whole'})
-    rows: List[Dict] = []
-    for name, model in models.items():
-        path = osp.join(out_dir, f'{name}.onnx')
-        export_onnx(model, path, tuple(model.cfg.get('crop_size', None) or
-                                       (512, 512)), dynamic=True,
-                    metadata=deployment_metadata(model))
-        segmentor = OnnxSegmentor(path, threads=threads)
-        rows.append(measure(name, model, segmentor, image, options))
-        log(describe(rows[-1]))
-    report = dict(machine=facts, image=list(image_hw),
-                  repeats=options.repeats, results=rows)
-    write_json(osp.join(out_dir, 'benchmark.json'), report)
-    write_text(osp.join(out_dir, 'benchmark.md'),
-               '\n'.join(describe(r) for r in rows) + '\n')
-    return report
+    with lock_folder(out_dir, '--out'):  # one run writes there at a time
+        device, _ = common.prepare_run('cpu', threads, None)
+        facts = common.machine(device)
+        log(common.machine_line(facts, 'onnxruntime vs PyTorch, whole-image '
+                                'inference', None))
+        image = smooth_image(*image_hw, seed=options.seed)
+        models = common.build_models(configs, device, options.seed,
+                                     {'model.test_cfg.mode': 'whole'})
+        rows: List[Dict] = []
+        for name, model in models.items():
+            path = osp.join(out_dir, f'{name}.onnx')
+            crop = tuple(model.cfg.get('crop_size', None) or (512, 512))
+            export_onnx(model, path, crop, dynamic=True,
+                        metadata=deployment_metadata(model))
+            segmentor = OnnxSegmentor(path, threads=threads)
+            rows.append(measure(name, model, segmentor, image, options))
+            log(describe(rows[-1]))
+        report = dict(machine=facts, image=list(image_hw),
+                      repeats=options.repeats, results=rows)
+        write_json(osp.join(out_dir, 'benchmark.json'), report)
+        write_text(osp.join(out_dir, 'benchmark.md'),
+                   '\n'.join(describe(r) for r in rows) + '\n')
+        return report

@@ -4,7 +4,8 @@ unchanged with the fixes off and on.
 Off: ``python tests/_compat_probes.py OUT.json ...`` in a fresh
 interpreter; nothing here imports ``mmseg_whitebox`` (the report lists what
 of it was imported). On: the same functions in the test process, where
-``import mmseg_whitebox`` applied the fixes. Every probe returns plain data (JSON), so both sides compare.
+``import mmseg_whitebox`` applied the fixes. Every probe returns plain
+data (JSON), so both sides compare.
 """
 from __future__ import annotations
 

@@ -67,9 +67,11 @@ class DemoOptions:
     (``sweep=False`` is ``--no-sweep``); ``dataset`` (the synthetic data
     to generate) is the library's only. Checked when made."""
     out: str = field(default='work_dirs/demo', metadata=dict(
-        help='output folder (default: work_dirs/demo)'))
-    data: str = field(default='data/synthetic-context', metadata=dict(
-        help='where the synthetic dataset is written'))
+        help='output folder (default: work_dirs/demo)', metavar='DIR'))
+    data_root: str = field(default='data/synthetic-context', metadata=dict(
+        help='where the synthetic dataset is written (DIR/'
+        'ADEChallengeData2016; default: data/synthetic-context)',
+        metavar='DIR'))
     models: Sequence[str] = field(default=DEFAULT_MODELS, metadata=dict(
         help='which demo models to train and test (default: '
         f'{" ".join(DEFAULT_MODELS)})', choices=list(DEMO_MODELS)))
@@ -81,7 +83,7 @@ class DemoOptions:
     sigmas: Sequence[float] = field(default=SWEEP_SIGMAS, metadata=dict(
         help='noise standard deviations of the sweeps (default: '
         f'{" ".join(map(str, SWEEP_SIGMAS))})'))
-    seeds: int = field(default=2, metadata=dict(
+    draws: int = field(default=2, metadata=dict(
         help='noise draws per sigma in the sweeps (default 2)'))
     sweep: bool = field(default=True, metadata=dict(
         help='skip the robustness sweeps'))
@@ -106,8 +108,8 @@ class DemoOptions:
                     f'models are {", ".join(DEMO_MODELS)}')
         if self.iters is not None and self.iters < 1:
             raise InputError(f'--iters must be >= 1, got {self.iters}')
-        # the sweep's own checks (seeds, sigmas), before any work
-        self.sweep_options(name='', out='')
+        # the sweep's own checks (draws, sigmas), before any work
+        self.sweep_options(label='', out='')
 
     def run_options(self, data_root: str) -> Dict[str, Any]:
         """The config options of every run: the data, then
@@ -120,7 +122,7 @@ class DemoOptions:
 
     def sweep_options(self, **kwargs: Any) -> Any:
         from mmseg_whitebox.robustness import NoiseSweepOptions
-        return NoiseSweepOptions(sigmas=tuple(self.sigmas), seeds=self.seeds,
+        return NoiseSweepOptions(sigmas=tuple(self.sigmas), draws=self.draws,
                                  progress=False, **kwargs)
 
 
@@ -143,10 +145,10 @@ def run_demo(options: Optional[DemoOptions] = None,
     options = options or DemoOptions()
     start = time.time()
     check_writable_folder(options.out, '--out')
-    check_writable_folder(options.data, '--data')
+    check_writable_folder(options.data_root, '--data-root')
     log('== 1. synthetic ADE20K-layout data '
         f'({options.dataset.variant} variant)')
-    data_root = generate_synthetic_ade20k(options.data, options.dataset)
+    data_root = generate_synthetic_ade20k(options.data_root, options.dataset)
     meta = load_meta(data_root)
     chance = chance_miou(meta['val_pixel_counts'])
     log(f'{data_root}: {options.dataset.num_train} train / '
@@ -260,7 +262,7 @@ def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
     if resume and options.retrain:
         os.remove(results)
         resume = False
-    sweep = options.sweep_options(name=name, out=out, resume=resume,
+    sweep = options.sweep_options(label=name, out=out, resume=resume,
                                   work_dir=osp.join(out, 'runs'),
                                   cfg_options=options.run_options(
                                       data_root))

@@ -2,7 +2,7 @@
 finish.
 
 For every selection (all attention layers, or one layer at a time) and
-every sigma, ``num_seeds`` noise draws are evaluated; each draw perturbs the
+every sigma, ``draws`` noise draws are evaluated; each draw perturbs the
 selected parameters, evaluates, and restores them bit for bit. Per sigma
 the mean, std, min and max of mIoU, aAcc and mAcc over the draws are kept,
 with the fraction of non-finite logits. Two references come with every
@@ -265,7 +265,7 @@ class NoiseSweep:
         evaluate: callable returning the current test metrics, e.g. a
             :class:`~.evaluation.RunnerEvaluation`.
         selections: what to perturb; several for one layer at a time.
-        options: the sweep's ``sigmas`` (0 is the clean model), ``seeds``
+        options: the sweep's ``sigmas`` (0 is the clean model), ``draws``
             (noise draws per sigma; draw ``i`` uses seed ``seed + i``),
             ``mode`` and ``ablation`` (also evaluate the ablation
             reference per selection); the other fields are
@@ -290,13 +290,13 @@ class NoiseSweep:
         options = options or NoiseSweepOptions()
         if not isinstance(options, NoiseSweepOptions):  # the old signature
             raise TypeError(
-                'NoiseSweep takes its sigmas, seeds, mode, seed and ablation '
+                'NoiseSweep takes its sigmas, draws, mode, seed and ablation '
                 f'as NoiseSweepOptions(...), not a {type(options).__name__}')
         self.model = model
         self.evaluate = evaluate
         self.selections = list(selections)
         self.sigmas = sorted({float(s) for s in options.sigmas})
-        self.num_seeds = options.seeds
+        self.num_seeds = options.draws
         self.mode = options.mode
         self.seed = options.seed
         self.store = store if store is not None else ResultStore()

@@ -555,7 +555,8 @@ def export_and_check(config: str,
     if not checkpoint:
         raise ToolError('a checkpoint is needed')
     check_checkpoint(checkpoint)
-    with lock_output_file(out, '--out-file'):  # one export to ``out`` at a time
+    # one export to ``out`` at a time
+    with lock_output_file(out, '--out-file'):
         model = _load_model(config, checkpoint, cfg_options)
         shapes = [shape]
         if dynamic:
@@ -593,8 +594,8 @@ def export_and_check(config: str,
                 write_json(report_file, report, indent=2)
             if problem:
                 raise CheckFailedError(f'{problem}; the graph is kept as '
-                                       f'{failed}, and --out-file {out} was not '
-                                       'written')
+                                       f'{failed}, and --out-file {out} was '
+                                       'not written')
     return report
 
 

@@ -1,13 +1,13 @@
 """Time a shared-encoder noise sweep against one evaluation per setting.
 
     python tools/analysis_tools/benchmark_shared_encoder.py \
-        [CONFIG (default: configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py)] \
-        [--num-images 2] [--shape 512 683] [--settings 20] \
+        [CONFIG] [--num-images 2] [--shape 512 683] [--settings 20] \
         [--max-heads 20] [--target decoder-attention] [--threads N] \
         [--device cpu|cuda] [--data-root DIR] [--profile] \
         [--cfg-options k=v ...]
 
-Builds the config's model with random weights (no pretrained encoder, no
+CONFIG (default: configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py):
+builds its model with random weights (no pretrained encoder, no
 checkpoint), writes --num-images synthetic ADE20K-layout validation images
 of exactly --shape (mmseg_whitebox.datasets.synthetic_ade20k) and
 evaluates --settings noise settings (the CBSA paper's sigmas, one draw

@@ -10,7 +10,7 @@ smallest first (:func:`measure_sizes`), at each size every model measured
 timed in interleaved rounds (:mod:`.timing`), ratios to the baseline and
 a markdown table (:mod:`.report`). :class:`BenchmarkOptions`
 and :func:`prepare_run` are the benchmark tools' common options and
-set-up (their flags: :func:`mmseg_whitebox.cli.options.add_measurement_args`).
+set-up (their flags: ``mmseg_whitebox.cli.options.add_measurement_args``).
 """
 from __future__ import annotations
 

@@ -274,8 +274,9 @@ def parse_shape(values: Sequence[Any], minimum: int = 1
     Raises:
         ValueError: not one or two whole numbers >= ``minimum``.
     """
-    if isinstance(values, str):
-        values = values.lower().split('x')
+    text = values if isinstance(values, str) else None
+    if text is not None:
+        values = text.lower().split('x')
     try:
         parts = [int(v) for v in values]
     except (TypeError, ValueError):
@@ -283,9 +284,11 @@ def parse_shape(values: Sequence[Any], minimum: int = 1
     if len(parts) == 1:
         parts = parts * 2
     if len(parts) != 2 or min(parts) < minimum:
-        text = ' '.join(map(str, values))
-        raise ValueError(f'{text!r} is not a size: give H (square) or H W '
-                         f'(--shapes: H or HxW), each >= {minimum} pixels')
+        given = text if text is not None else ' '.join(map(str, values))
+        raise ValueError(
+            f'{given!r} is not a size: give H (square) or '
+            f'{"HxW" if text is not None else "H W"}, each >= {minimum} '
+            'pixels')
     return parts[0], parts[1]
 
 

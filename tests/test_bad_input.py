@@ -594,7 +594,7 @@ def test_tool_noise_sweep_refuses_nan_weights(tiny_ade, demo_checkpoints,
                                               tmp_path):
     proc = run_tool(['tools/noise_robustness.py', DEMO_SEGMENTER,
                      demo_checkpoints['nan'], '--out', str(tmp_path / 'out'),
-                     '--sigmas', '0.1', '--seeds', '1', '--work-dir',
+                     '--sigmas', '0.1', '--draws', '1', '--work-dir',
                      str(tmp_path / 'w'), '--cfg-options',
                      f'test_dataloader.dataset.data_root={tiny_ade}',
                      'test_dataloader.num_workers=0',

@@ -230,7 +230,7 @@ def test_peak_memory_is_the_rise_of_the_high_water_mark(monkeypatch):
 def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
     out = tmp_path / 'bench'
     # the smallest token grid CBSA's 10x10 representatives allow, and more
-    proc = run_tool([BENCH, '--encoder', 's', '--sizes', '160', '224',
+    proc = run_tool([BENCH, '--arch', 's', '--shapes', '160', '224',
                      '160x320', '--repeats', '2', '--warmup', '1',
                      '--heads', 'segmenter', 'linear', 'cbsa',
                      'cbsa-straightforward', 'tssa', '--out', str(out)])
@@ -262,10 +262,10 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
 
 
 def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
-    proc = run_tool([BENCH, '--sizes', '8x'], check=False)
-    assert proc.returncode == 2 and 'give N (square) or HxW' in proc.stderr
-    proc = run_tool([BENCH, '--encoder', 't', '--heads', 'linear',
-                     '--sizes', '64', '--out', str(tmp_path / 'x')],
+    proc = run_tool([BENCH, '--shapes', '8x'], check=False)
+    assert proc.returncode == 2 and 'give H (square) or HxW' in proc.stderr
+    proc = run_tool([BENCH, '--arch', 't', '--heads', 'linear',
+                     '--shapes', '64', '--out', str(tmp_path / 'x')],
                     check=False)
     assert proc.returncode == 2
     assert "error: no config for head 'linear' with ViT-t" in proc.stderr
@@ -296,9 +296,9 @@ ENCODER_BENCH = 'tools/analysis_tools/benchmark_encoders.py'
 
 def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
     out = tmp_path / 'bench'
-    proc = run_tool([ENCODER_BENCH, '--size', 't', '--encoders', 'vit',
-                     'cbt', 'cbsa-vit', '--sizes', '256', '256x384',
-                     '--flops-sizes', '256', '--repeats', '1', '--warmup',
+    proc = run_tool([ENCODER_BENCH, '--arch', 't', '--encoders', 'vit',
+                     'cbt', 'cbsa-vit', '--shapes', '256', '256x384',
+                     '--flops-shapes', '256', '--repeats', '1', '--warmup',
                      '0', '--out', str(out)])
     assert 'encoder forward / ViT' in proc.stdout
     for name in ('benchmark.json', 'benchmark.md', 'benchmark.png'):
@@ -312,7 +312,7 @@ def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
         assert cbt[key] > 0
         assert cbt[f'{key}_vs_vit'] == pytest.approx(cbt[key] / vit[key])
     assert cbt['seg_flops'] > cbt['enc_flops']
-    assert 'enc_flops' not in rows[('cbt', '256x384')]  # --flops-sizes
+    assert 'enc_flops' not in rows[('cbt', '256x384')]  # --flops-shapes
     # the CBSA-adapted ViT has the ViT's parameters (both with the
     # patch-embedding bias, as released) and two step sizes per head and
     # layer
@@ -326,8 +326,8 @@ SHARED_BENCH = 'tools/analysis_tools/benchmark_shared_encoder.py'
 
 def test_shared_encoder_benchmark_prints_ratio_and_checks_results():
     config = dict(DEMO_MODELS)['cbsa']
-    proc = run_tool([SHARED_BENCH, '--config', config, '--images', '1',
-                     '--image-size', '128', '160', '--settings', '3',
+    proc = run_tool([SHARED_BENCH, config, '--num-images', '1',
+                     '--shape', '128', '160', '--settings', '3',
                      '--max-heads', '2', '--threads', '1'])
     out = proc.stdout
     assert '3 settings of' in out and '2 pass(es)' in out
@@ -338,7 +338,7 @@ def test_shared_encoder_benchmark_prints_ratio_and_checks_results():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
 def test_shared_encoder_benchmark_refuses_a_missing_device():
-    proc = run_tool([SHARED_BENCH, '--device', 'cuda', '--images', '1'],
+    proc = run_tool([SHARED_BENCH, '--device', 'cuda', '--num-images', '1'],
                     check=False)
     assert proc.returncode == 2
     assert 'torch sees no CUDA device' in proc.stderr
@@ -352,8 +352,8 @@ def test_train_step_benchmark_writes_table_ratios_and_skips(tmp_path):
     # ViT-T + Segmenter with mmseg's loss and with the banded loss (bands
     # of 32 rows); 0.1 MB: the third size is predicted (from the first
     # two) to need more, so it is skipped rather than run
-    proc = run_tool([TRAIN_BENCH, '--size', 't', '--models', 'vit+segmenter',
-                     '--banded-loss', '32', '--sizes', '160', '192', '224',
+    proc = run_tool([TRAIN_BENCH, '--arch', 't', '--models', 'vit+segmenter',
+                     '--banded-loss', '32', '--shapes', '160', '192', '224',
                      '--repeats', '1', '--warmup', '0', '--threads', '1',
                      '--memory-limit-gb', '0.0001', '--out', str(out)])
     assert 'training step / vit+segmenter' in proc.stdout

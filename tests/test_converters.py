@@ -286,8 +286,7 @@ def test_white_box_converter_tools(tmp_path):
     (tmp_path / 'fits.py').write_text(
         backbone.format('num_heads=3, head_dim=64', 'ISTA'))
     convert = ['tools/model_converters/whitebox2mmseg.py',
-               str(tmp_path / 'tost.pth'), str(tmp_path / 'tost.mmseg'),
-               '--config']
+               str(tmp_path / 'tost.pth'), str(tmp_path / 'tost.mmseg')]
     proc = run_tool(convert + [str(tmp_path / 'tost_t.py')], check=False)
     assert proc.returncode == 2
     for text in ('layers.0.attn.temp: checkpoint (3, 1) vs model (4, 1)',
@@ -307,7 +306,7 @@ def test_white_box_converter_tools(tmp_path):
 
 def test_timm_converter_checks_against_an_mmseg_vit_config(tmp_path):
     """A ViT config without the patch-embedding bias that timm's weights
-    (and the converted file) have (mmseg's default): --config says so and
+    (and the converted file) have (mmseg's default): CONFIG says so and
     names the setting; with this project's config, which has it, the file
     is written."""
     torch.save(timm_vit('vit_tiny_patch16_384', 64).state_dict(),
@@ -315,7 +314,7 @@ def test_timm_converter_checks_against_an_mmseg_vit_config(tmp_path):
     config = osp.join(REPO, 'configs/segmenter/'
                       'segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py')
     convert = ['tools/model_converters/timm2mmseg.py', str(tmp_path /
-               'vit.pth'), str(tmp_path / 'vit.mmseg'), '--config']
+               'vit.pth'), str(tmp_path / 'vit.mmseg')]
     (tmp_path / 'no_bias.py').write_text(
         f'_base_ = {config!r}\n'
         'model = dict(backbone=dict(patch_bias=False))\n')

@@ -15,8 +15,8 @@ from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 def small_demo(tmp_path, **kwargs) -> DemoOptions:
     return DemoOptions(
-        out=str(tmp_path / 'demo'), data=str(tmp_path / 'data'),
-        models=['cbsa'], iters=2, sigmas=[0.1], seeds=1,
+        out=str(tmp_path / 'demo'), data_root=str(tmp_path / 'data'),
+        models=['cbsa'], iters=2, sigmas=[0.1], draws=1,
         dataset=SyntheticADE20KSpec(variant='context', num_train=4,
                                     num_val=2, image_size=(64, 64)),
         **kwargs)
@@ -61,7 +61,7 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
     (dict(models=['cbsa', 'nope']), '--models: no demo model nope'),
     (dict(sweep_models=['cbt2']), '--sweep-models: no demo model cbt2'),
     (dict(iters=0), '--iters must be >= 1'),
-    (dict(seeds=0), '--seeds must be a whole number >= 1'),
+    (dict(draws=0), '--draws must be a whole number >= 1'),
     (dict(sigmas=[-1.0]), '--sigmas must be finite and >= 0'),
 ])
 def test_demo_options_are_checked_before_any_work(tmp_path, kwargs, message):
@@ -70,12 +70,13 @@ def test_demo_options_are_checked_before_any_work(tmp_path, kwargs, message):
     assert not (tmp_path / 'demo').exists()
 
 
-@pytest.mark.parametrize('option', ['out', 'data'])
+@pytest.mark.parametrize('option', ['out', 'data_root'])
 def test_demo_refuses_an_output_folder_under_a_file(tmp_path, option):
     blocker = tmp_path / 'file'
     blocker.write_text('x')
     options = small_demo(tmp_path)
     setattr(options, option, str(blocker / option))
-    with pytest.raises(ToolError, match=f'--{option} .* is a file'):
+    flag = '--' + option.replace('_', '-')
+    with pytest.raises(ToolError, match=f'{flag} .* is a file'):
         run_demo(options, log=lambda line: None)
     assert not (tmp_path / 'data').exists()  # nothing generated

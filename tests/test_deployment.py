@@ -113,7 +113,7 @@ def test_image_demo_paints_a_folder(demo_checkpoint, image_folder, tmp_path):
     import mmcv
     out = tmp_path / 'overlays'
     proc = run_tool(['tools/image_demo.py', image_folder, DEMO_CBSA,
-                     demo_checkpoint, '--out-dir', str(out), '--device',
+                     demo_checkpoint, '--out', str(out), '--device',
                      'cpu', '--opacity', '0.6'])
     assert 'wrote 2 overlay(s)' in proc.stdout
     for name, shape in (('wide', (96, 160)), ('tall', (120, 72))):
@@ -147,7 +147,7 @@ def test_image_demo_single_image_and_bad_input(demo_checkpoint,
          'does not exist'),
         (dict(source=str(empty), out_dir=str(tmp_path)), 'has no images'),
         (dict(source=image_folder, out_dir=str(a_file / 'x')), 'is a file'),
-        (dict(source=image_folder, out_file=out_file), '--out-dir'),
+        (dict(source=image_folder, out_file=out_file), '--out DIR'),
         (dict(source=image, checkpoint=str(tmp_path / 'nope.pth'),
               out_dir=str(tmp_path)), 'nope.pth'),
         (dict(source=image, out_dir=str(tmp_path), opacity=0), 'opacity'),
@@ -170,7 +170,7 @@ def test_image_demo_single_image_and_bad_input(demo_checkpoint,
 
     # the tool reports it as one line and status 2, no traceback
     proc = run_tool(['tools/image_demo.py', image_folder, DEMO_CBSA,
-                     str(tmp_path / 'nope.pth'), '--out-dir',
+                     str(tmp_path / 'nope.pth'), '--out',
                      str(tmp_path)], check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert 'image_demo.py: error: ' in proc.stderr

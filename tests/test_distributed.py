@@ -258,7 +258,7 @@ def test_noise_tool_under_torchrun(dist_trained, tmp_path):
                PYTHONPATH=REPO)
     cmd = torchrun_command(
         'tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt'],
-        '--sigmas', '0.1', '--seeds', '1', '--out', str(out), '--work-dir',
+        '--sigmas', '0.1', '--draws', '1', '--out', str(out), '--work-dir',
         str(tmp_path / 'work'), '--launcher', 'pytorch',
         '--cfg-options', *opts)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,

@@ -19,7 +19,7 @@ def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path):
         done = report['results'][name]
         assert 'error' not in done, done
         rows = done['results']
-        assert {r['precision'] for r in rows} == {'fp32', 'bf16'}
+        assert {r['precision'] for r in rows} == {'float32', 'bfloat16'}
         assert all(r['status'] == 'ok' for r in rows), rows
         assert f'## {title}' in text
         header = '| ' + ' | '.join(c[1] for c in table.columns) + ' | note |'

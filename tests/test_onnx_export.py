@@ -158,9 +158,9 @@ def test_export_tool(segmenter_checkpoint, tmp_path):
     image = str(tmp_path / 'image.png')
     cv2.imwrite(image, smooth_image(96, 96, seed=3))
     proc = run_tool(['tools/deployment/export_onnx.py', config,
-                     segmenter_checkpoint, '--shape', '128', '128', '--out',
-                     str(out), '--json', str(tmp_path / 'parity.json'),
-                     '--check-image', image])
+                     segmenter_checkpoint, '--shape', '128', '128',
+                     '--out-file', str(out), '--json',
+                     str(tmp_path / 'parity.json'), '--check-image', image])
     print(proc.stdout)
     assert osp.isfile(out) and f'wrote {out}' in proc.stdout
     assert '128x128 (export shape): max |logit diff|' in proc.stdout
@@ -181,10 +181,10 @@ def test_export_tool(segmenter_checkpoint, tmp_path):
     # bad input: one line on stderr, exit status 2, before any export
     proc = run_tool(['tools/deployment/export_onnx.py', config,
                      segmenter_checkpoint, '--shape', '128', '128',
-                     '--check-shape', '96', '160', '--out',
+                     '--check-shapes', '96x160', '--out-file',
                      str(tmp_path / 'x.onnx')], check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert 'export_onnx.py: error: --check-shape needs --dynamic' in \
+    assert 'export_onnx.py: error: --check-shapes needs --dynamic' in \
         proc.stderr and 'Traceback' not in proc.stderr
 
 
@@ -408,7 +408,7 @@ def test_onnx_inference_tool(demo_graphs, tmp_path, capsys):
     cv2.imwrite(str(folder / 'wide.jpg'), smooth_image(60, 200, seed=1))
     cv2.imwrite(str(folder / 'tall.png'), smooth_image(150, 90, seed=2))
     out = tmp_path / 'overlays'
-    run_command('onnx-inference', [graph, str(folder), '--out-dir', str(out),
+    run_command('onnx-inference', [graph, str(folder), '--out', str(out),
                                    '--opacity', '0.6'])
     printed = capsys.readouterr().out
     assert '2/2' in printed and f'wrote 2 overlay(s) to {out}' in printed
@@ -429,7 +429,7 @@ def test_onnx_inference_tool(demo_graphs, tmp_path, capsys):
            ([graph, str(folder), '--opacity', '0'], 'opacity')]
     for args, words in bad:
         with pytest.raises(SystemExit) as exit_info:
-            run_command('onnx-inference', args + ['--out-dir', str(out)])
+            run_command('onnx-inference', args + ['--out', str(out)])
         assert exit_info.value.code == 2, args
         err = capsys.readouterr().err
         assert 'onnx_inference.py: error: ' in err and words in err, err

@@ -91,7 +91,7 @@ def assert_internal_error(proc, tool: str, error: str, folder,
 def sweep_args(config: str, weights: str, out, data_root: str) -> list:
     """The smallest noise sweep: the clean model and one noise draw."""
     return ['tools/noise_robustness.py', config, weights, '--sigmas', '0.1',
-            '--seeds', '1', '--no-ablation', '--out', str(out),
+            '--draws', '1', '--no-ablation', '--out', str(out),
             '--cfg-options', f'test_dataloader.dataset.data_root={data_root}',
             'test_dataloader.num_workers=0',
             'test_dataloader.persistent_workers=False']
@@ -137,7 +137,7 @@ def test_bug_in_an_export_is_an_internal_error(weights, tmp_path):
     out = tmp_path / 'model.onnx'
     proc = run_tool(['tools/deployment/export_onnx.py',
                      fault_config(tmp_path), weights, '--shape', '64', '64',
-                     '--out', str(out)], check=False,
+                     '--out-file', str(out)], check=False,
                     env=fault_env(tmp_path, 'export-metadata:ValueError'))
     assert_internal_error(proc, 'export_onnx.py', 'ValueError',
                           tmp_path / 'tmp', 'injected ValueError',
@@ -152,7 +152,7 @@ def test_bug_in_a_converter_is_an_internal_error(tmp_path):
     src, dst = tmp_path / 'vit.pth', tmp_path / 'dst.pth'
     torch.save(timm_layout_weights(), src)
     proc = run_tool(['tools/model_converters/timm2mmseg.py', str(src),
-                     str(dst), '--config', fault_config(tmp_path)],
+                     str(dst), fault_config(tmp_path)],
                     check=False,
                     env=fault_env(tmp_path, 'converter:ValueError'))
     assert_internal_error(proc, 'timm2mmseg.py', 'ValueError',
@@ -291,7 +291,8 @@ def test_failed_parity_check_keeps_the_graph_aside(weights, tmp_path):
     out, report = tmp_path / 'model.onnx', tmp_path / 'parity.json'
     proc = run_tool(['tools/deployment/export_onnx.py',
                      fault_config(tmp_path), weights, '--shape', '64', '64',
-                     '--out', str(out), '--json', str(report)], check=False,
+                     '--out-file', str(out), '--json', str(report)],
+                    check=False,
                     env=fault_env(tmp_path, 'parity'))
     assert proc.returncode == 1, proc.stderr[-3000:]
     kept = tmp_path / 'model.failed.onnx'

@@ -150,14 +150,14 @@ def test_linear_decoder_has_no_attention():
         select_layers(model, 'decoder', 'each')
 
 
-GOOD_SETTINGS = dict(sigmas=[0.0, 0.1], seeds=1, mode='relative')
+GOOD_SETTINGS = dict(sigmas=[0.0, 0.1], draws=1, mode='relative')
 
 
 @pytest.mark.parametrize('kwargs, match', [
     (dict(sigmas=[0.1, -1.0]), '--sigmas .*-1.0'),
     (dict(sigmas=[float('inf')]), '--sigmas .*inf'),
     (dict(sigmas=[]), '--sigmas'),
-    (dict(seeds=0), '--seeds'),
+    (dict(draws=0), '--draws'),
     (dict(mode='percent'), '--mode'),
     (dict(max_heads=0), '--max-heads'),
     (dict(angle_images=0), '--angle-images'),
@@ -238,7 +238,7 @@ def test_bitwise_restoration_on_failure_mid_evaluation(failure):
         return dict(mIoU=50.0, aAcc=80.0, mAcc=60.0)
 
     sweep = NoiseSweep(model, evaluate, [sel],
-                       NoiseSweepOptions(sigmas=[0.1, 1.0], seeds=2))
+                       NoiseSweepOptions(sigmas=[0.1, 1.0], draws=2))
     with pytest.raises(failure):
         sweep.run()
     assert len(calls) == 4
@@ -257,7 +257,7 @@ def test_bitwise_restoration_after_a_sweep_and_interrupted_noise(monkeypatch):
         return dict(mIoU=float(out.abs().mean()), aAcc=0.0, mAcc=0.0)
 
     NoiseSweep(model, evaluate, [sel],
-               NoiseSweepOptions(sigmas=[1e-3, 0.1, 10.0], seeds=2)).run()
+               NoiseSweepOptions(sigmas=[1e-3, 0.1, 10.0], draws=2)).run()
     assert snapshot(model) == before
     # an interruption while the noise is being added (after 3 parameters
     # were perturbed) also restores
@@ -299,7 +299,7 @@ def test_nonfinite_predictions_are_recorded_not_fatal():
         return dict(mIoU=1.0, aAcc=1.0, mAcc=1.0)
 
     data = NoiseSweep(model, evaluate, [sel],
-                      NoiseSweepOptions(sigmas=[1e-3, 1e30], seeds=1)).run()
+                      NoiseSweepOptions(sigmas=[1e-3, 1e30], draws=1)).run()
     assert data['clean']['nonfinite_fraction'] == 0
     small, huge = data['points']
     assert small['nonfinite_fraction'] == 0
@@ -383,7 +383,7 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
 
     setup = dict(mode='absolute', num_seeds=2, target='decoder-attention')
     NoiseSweep(model, evaluate, [sel],
-               NoiseSweepOptions(sigmas=[0.01, 0.1], seeds=2),
+               NoiseSweepOptions(sigmas=[0.01, 0.1], draws=2),
                store=ResultStore(str(tmp_path), setup)).run()
     assert len(calls) == 2 + 2 * 2  # clean, ablated, 2 sigmas x 2 draws
     with pytest.raises(FileExistsError, match='--resume'):
@@ -406,7 +406,7 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
     calls.clear()
     store = ResultStore(str(tmp_path), setup, resume=True)
     sweep = NoiseSweep(model, evaluate, [sel],
-                       NoiseSweepOptions(sigmas=[0.01, 0.1, 1.0], seeds=2),
+                       NoiseSweepOptions(sigmas=[0.01, 0.1, 1.0], draws=2),
                        store=store)
     assert sweep.num_evaluations == 2
     data = sweep.run()
@@ -432,7 +432,7 @@ def test_loop_evaluation_with_real_metric(tiny_ade):
     evaluate = LoopEvaluation(model, loader, cfg.test_evaluator)
     sel = select_parameters(model, 'decoder-attention')
     data = NoiseSweep(model, evaluate, [sel],
-                      NoiseSweepOptions(sigmas=[0.0, 0.5], seeds=2)).run()
+                      NoiseSweepOptions(sigmas=[0.0, 0.5], draws=2)).run()
     clean = data['clean']['mIoU']
     zero = [p for p in data['points'] if p['sigma'] == 0.0][0]
     assert len(zero['draws']) == 1 and zero['mIoU_mean'] == clean
@@ -454,7 +454,7 @@ def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
         test_miou = json.load(f)['mIoU']
     out = tmp_path / 'sweep'
     cmd = ['tools/noise_robustness.py', CONFIGS['cbsa-rigorous'],
-           checkpoint['ckpt'], '--sigmas', '0', '0.05', '--seeds', '2',
+           checkpoint['ckpt'], '--sigmas', '0', '0.05', '--draws', '2',
            '--out', str(out), '--work-dir', str(tmp_path / 'w')]
     proc = run_tool(cmd + opts)
     assert 'decode_head.layers.0.attn.proj.weight' in proc.stdout
@@ -480,7 +480,7 @@ def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
     # per-layer sweeps and comparison plots
     layered = tmp_path / 'layers'
     run_tool(['tools/noise_robustness.py', CONFIGS['cbsa-rigorous'],
-              checkpoint['ckpt'], '--sigmas', '0.1', '--seeds', '1',
+              checkpoint['ckpt'], '--sigmas', '0.1', '--draws', '1',
               '--layers', 'each', '--mode', 'relative', '--no-ablation',
               '--out', str(layered), '--compare', str(out), '--work-dir',
               str(tmp_path / 'w2')] + opts)
@@ -489,7 +489,7 @@ def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
     assert labels == ['decoder-attention[0]', 'decoder-attention[1]',
                       'decoder-attention[2]']
     plot = run_tool(['tools/analysis_tools/plot_robustness.py', str(out),
-                     str(layered), '--out', str(tmp_path / 'cmp.png')])
+                     str(layered), '--out-file', str(tmp_path / 'cmp.png')])
     assert (tmp_path / 'cmp.png').is_file(), plot.stdout
 
 
@@ -517,7 +517,7 @@ def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(tmp_path,
         raise ValueError('boom')
 
     monkeypatch.setattr(RunnerEvaluation, '__call__', boom)
-    options = NoiseSweepOptions(sigmas=[0.05], seeds=1,
+    options = NoiseSweepOptions(sigmas=[0.05], draws=1,
                                 out=str(tmp_path / 'sweep'),
                                 shared_encoder=False, progress=False)
     with pytest.raises(ValueError, match='^boom$') as raised:
@@ -537,9 +537,9 @@ def test_run_noise_sweep_is_the_tool_as_a_library(checkpoint, tmp_path):
     config = osp.join(REPO, CONFIGS['cbsa-rigorous'])
     tool_out = tmp_path / 'tool'
     run_tool(['tools/noise_robustness.py', config, checkpoint['ckpt'],
-              '--sigmas', '0.05', '--seeds', '2', '--out', str(tool_out),
+              '--sigmas', '0.05', '--draws', '2', '--out', str(tool_out),
               '--work-dir', str(tmp_path / 'w1'), '--cfg-options'] + opts)
-    options = NoiseSweepOptions(sigmas=[0.05], seeds=2,
+    options = NoiseSweepOptions(sigmas=[0.05], draws=2,
                                 out=str(tmp_path / 'lib'),
                                 work_dir=str(tmp_path / 'w2'),
                                 cfg_options=cfg_options, progress=False)

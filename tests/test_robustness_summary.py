@@ -261,7 +261,7 @@ def test_group_sweep_shares_one_ablation(tmp_path):
 
     store = ResultStore(str(tmp_path), dict(mode='absolute'))
     sweep = NoiseSweep(model, evaluate, selections,
-                       NoiseSweepOptions(sigmas=[0.1], seeds=1), store=store)
+                       NoiseSweepOptions(sigmas=[0.1], draws=1), store=store)
     assert sweep.num_evaluations == 1 + 1 + 5
     data = sweep.run()
     assert len(calls) == 7
@@ -338,7 +338,7 @@ def test_cli_groups_angles_and_comparison(tiny_ade, tiny_checkpoint,
     opts = ['--cfg-options'] + small_run_options(tiny_ade, 4)
     out = tmp_path / 'sweep'
     cmd = ['tools/noise_robustness.py', config, ckpt, '--sigmas', '0.01',
-           '0.1', '--seeds', '2', '--groups', '--subspace-angles',
+           '0.1', '--draws', '2', '--groups', '--subspace-angles',
            '--angle-images', '2', '--out', str(out), '--work-dir',
            str(tmp_path / 'w')]
     proc = run_tool(cmd + opts)
@@ -368,12 +368,12 @@ def test_cli_groups_angles_and_comparison(tiny_ade, tiny_checkpoint,
     assert refused.returncode == 2
     assert 'needs subspace attention layers' in refused.stderr
     cmp = run_tool(['tools/analysis_tools/compare_robustness.py', str(out),
-                    str(out), '--labels', 'one', 'two', '--out-dir',
+                    str(out), '--labels', 'one', 'two', '--out',
                     str(tmp_path / 'cmp')])
     assert '| one | decoder-attention:bases |' in cmp.stdout
     for key in ('md', 'csv', 'png'):
         assert (tmp_path / 'cmp' / f'comparison.{key}').is_file()
     bad = run_tool(['tools/analysis_tools/compare_robustness.py',
-                    str(tmp_path / 'nothing'), '--out-dir',
+                    str(tmp_path / 'nothing'), '--out',
                     str(tmp_path / 'c2')], check=False)
     assert bad.returncode == 2 and 'results.json' in bad.stderr

@@ -60,7 +60,7 @@ def sweep(model, evaluate, target='decoder-attention', shared=True,
           store=None, log=None):
     sel = select_parameters(model, target)
     return NoiseSweep(model, evaluate, [sel],
-                      NoiseSweepOptions(sigmas=SIGMAS, seeds=2,
+                      NoiseSweepOptions(sigmas=SIGMAS, draws=2,
                                         ablation=False),
                       store=store, log=log or print,
                       shared=evaluate.shared_encoder(2) if shared else None)

@@ -159,14 +159,15 @@ def test_chance_miou():
 
 def test_cli_writes_and_reports(tmp_path):
     proc = run_tool(['tools/dataset_converters/synthetic_ade20k.py',
-                     str(tmp_path), '--variant', 'context', '--num-train',
-                     '2', '--num-val', '2', '--image-size', '64', '64'])
+                     '--data-root', str(tmp_path), '--variant', 'context',
+                     '--num-train', '2', '--num-val', '2', '--shape', '64'])
     assert 'signboard' in proc.stdout and 'chance mIoU' in proc.stdout
     meta = json.load(open(tmp_path / 'ADEChallengeData2016' /
                           'synthetic_meta.json'))
     assert meta['complete'] and meta['spec']['variant'] == 'context'
     bad = run_tool(['tools/dataset_converters/synthetic_ade20k.py',
-                    str(tmp_path / 'x'), '--num-classes', '1'], check=False)
+                    '--data-root', str(tmp_path / 'x'), '--num-classes',
+                    '1'], check=False)
     assert bad.returncode == 2 and 'num_classes' in bad.stderr
     assert 'synthetic_ade20k.py: error: ' in bad.stderr
     assert 'Traceback' not in bad.stderr

@@ -106,8 +106,8 @@ def test_sweep_and_plot_tools_check_arguments_before_any_work(tmp_path):
     read: they do not exist)."""
     sweep = ['tools/noise_robustness.py', 'configs/nope.py', 'nope.pth',
              '--out', str(tmp_path / 'sweep')]
-    assert_bad_input(run_tool(sweep + ['--seeds', '0'], check=False),
-                     'noise_robustness.py', 'seeds')
+    assert_bad_input(run_tool(sweep + ['--draws', '0'], check=False),
+                     'noise_robustness.py', '--draws')
     assert_bad_input(run_tool(sweep + ['--compare', str(tmp_path / 'x')],
                               check=False),
                      'noise_robustness.py', 'results.json')
@@ -119,7 +119,7 @@ def test_sweep_and_plot_tools_check_arguments_before_any_work(tmp_path):
     assert_bad_input(run_tool(sweep + ['--layers', 'each', '1'],
                               check=False), 'noise_robustness.py', 'each')
     plot = ['tools/analysis_tools/plot_robustness.py',
-            str(tmp_path / 'sweep'), '--out', str(tmp_path / 'p.png')]
+            str(tmp_path / 'sweep'), '--out-file', str(tmp_path / 'p.png')]
     assert_bad_input(run_tool(plot + ['--labels', 'a', 'b'], check=False),
                      'plot_robustness.py', '--labels')
     assert_bad_input(run_tool(plot[:1] + [str(tmp_path / 'x')] + plot[2:],

@@ -194,7 +194,8 @@ def test_unknown_output_formats(image, weights, tmp_path):
                'image_demo.py', 'OpenCV cannot write .xyz', '*.png',
                unchanged=[tmp_path])
     tool_fails(['tools/deployment/export_onnx.py', DEMO_SEGMENTER, weights,
-                '--shape', '64', '64', '--out', str(tmp_path / 'model.txt')],
+                '--shape', '64', '64', '--out-file',
+                str(tmp_path / 'model.txt')],
                'export_onnx.py', 'unknown output format .txt', '*.onnx',
                unchanged=[tmp_path])
 
@@ -205,7 +206,7 @@ def test_output_over_an_input_is_refused(image, weights, tmp_path):
                'is the input', 'new file')
     assert snapshot(osp.dirname(image)) == before
     tool_fails(['tools/deployment/export_onnx.py', DEMO_SEGMENTER, weights,
-                '--shape', '64', '64', '--out', str(tmp_path / 'x.onnx'),
+                '--shape', '64', '64', '--out-file', str(tmp_path / 'x.onnx'),
                 '--json', weights], 'export_onnx.py', '--json', 'is the '
                'input', unchanged=[osp.dirname(weights)])
 
@@ -368,7 +369,7 @@ def test_export_refuses_an_opset_it_cannot_write(weights, tmp_path):
     pytest.importorskip('onnxscript')
     pytest.importorskip('onnxruntime')
     tool_fails(['tools/deployment/export_onnx.py', DEMO_SEGMENTER, weights,
-                '--shape', '64', '64', '--out', str(tmp_path / 'm.onnx'),
+                '--shape', '64', '64', '--out-file', str(tmp_path / 'm.onnx'),
                 '--opset', '11'], 'export_onnx.py', '--opset 11',
                'opset 18 or newer', unchanged=[tmp_path])
     assert not (tmp_path / 'm.onnx').exists()

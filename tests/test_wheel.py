@@ -260,8 +260,8 @@ def test_installed_commands_run_the_packaged_tools(venv, random_checkpoint,
 
     # real runs: `python -m` makes tiny data, the console script tests the
     # model named by its config name on it
-    run([python, '-m', 'mmseg_whitebox', 'synthetic-ade20k', 'data',
-         '--num-train', '2', '--num-val', '2', '--image-size', '64', '80'],
+    run([python, '-m', 'mmseg_whitebox', 'synthetic-ade20k', '--data-root',
+         'data', '--num-train', '2', '--num-val', '2', '--shape', '64', '80'],
         cwd=str(tmp_path))
     data_root = 'data/ADEChallengeData2016'
     run([osp.join(venv, 'bin', 'mmseg-whitebox-test'), MODEL,

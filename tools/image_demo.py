@@ -1,7 +1,7 @@
 """Paint a segmentor's predictions over images, as mmseg's image demo.
 
     python tools/image_demo.py IMAGE_OR_FOLDER CONFIG CHECKPOINT \
-        (--out-file FILE | --out-dir DIR) [--opacity 0.5] [--device cpu] \
+        (--out-file FILE | --out DIR) [--opacity 0.5] [--device cpu] \
         [--title TITLE] [--with-labels] [--cfg-options k=v ...]
 
 A single image goes to --out-file (or DIR/<name>.png); a folder's images
@@ -15,6 +15,8 @@ import argparse
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.image_demo import image_demo
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_device_arg, add_out_arg,
+                                        add_out_file_arg)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -23,11 +25,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='an image file, or a folder of images')
     p.add_argument('config')
     p.add_argument('checkpoint')
-    p.add_argument('--out-file', help='overlay file (a single image)')
-    p.add_argument('--out-dir', help='folder for the overlays '
-                   '(<image name>.png each)')
-    p.add_argument('--device', default=None,
-                   help='e.g. cpu or cuda:0 (default: cuda:0 if available)')
+    add_out_file_arg(p, 'overlay file (a single image)')
+    add_out_arg(p, 'folder for the overlays (<image name>.png each)')
+    add_device_arg(p, None, 'e.g. cpu or cuda:0 (default: cuda:0 if '
+                   'available)')
     p.add_argument('--opacity', type=float, default=0.5,
                    help='opacity of the painted prediction, in (0, 1] '
                    '(default 0.5)')
@@ -42,10 +43,10 @@ def main(argv=None):
     args = parse_args(argv)
     images, written = image_demo(
         args.img, args.config, args.checkpoint, out_file=args.out_file,
-        out_dir=args.out_dir, device=args.device, opacity=args.opacity,
+        out_dir=args.out, device=args.device, opacity=args.opacity,
         title=args.title, with_labels=args.with_labels,
         cfg_options=args.cfg_options)
-    where = written[0] if len(written) == 1 else args.out_dir
+    where = written[0] if len(written) == 1 else args.out
     print(f'\nwrote {len(written)} overlay(s) to {where}')
     return written
 

@@ -1,7 +1,7 @@
 """Parameter-perturbation robustness: a noise sweep over attention weights.
 
     python tools/noise_robustness.py CONFIG CHECKPOINT \
-        [--sigmas 0.001 0.01 0.1 ...] [--seeds 3] \
+        [--sigmas 0.001 0.01 0.1 ...] [--draws 3] [--seed 0] \
         [--target decoder-attention|decoder|encoder-attention|REGEX] \
         [--layers each|0 1 ...] [--mode absolute|relative] [--out DIR] \
         [--resume] [--no-ablation] [--compare DIR ...] \
@@ -9,7 +9,7 @@
         [--max-heads N | --no-shared-encoder] \
         [--cfg-options k=v ...] [--work-dir DIR] [--launcher pytorch]
 
-For every sigma, each of --seeds noise draws adds N(0, sigma^2) noise
+For every sigma, each of --draws noise draws adds N(0, sigma^2) noise
 (relative mode: sigma times each tensor's RMS) to every selected parameter,
 evaluates with mmseg's test loop and metric (as tools/test.py), and restores
 the weights bit for bit. Besides the noisy points the sweep evaluates the
@@ -62,7 +62,7 @@ def main(argv=None):
         data = run_noise_sweep(args.config, args.checkpoint, options)
     from mmengine.dist import is_main_process
     if is_main_process():
-        print(format_summary(data, options.label(args.config)))
+        print(format_summary(data, options.legend_label(args.config)))
         print(f'\nresults: {osp.join(out, "results.csv")}, '
               f'{osp.join(out, "results.json")}\nplot: '
               f'{osp.join(out, "robustness.png")}')

@@ -27,6 +27,7 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.evaluation import evaluate_checkpoint
 from mmseg_whitebox.cli import (add_checkpoint_check_args, add_common_args,
                                 load_config, run_tool)
+from mmseg_whitebox.cli.options import add_out_arg
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,10 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='checkpoint file; to report a result, the final one of the '
         'run (WORK_DIR/iter_<max_iters>.pth, e.g. iter_161728.pth for the '
         'ADE20K schedule), as the released code reports')
-    parser.add_argument(
-        '--out',
-        help='folder to save the predictions (as PNG label maps) for '
-        'offline evaluation')
+    add_out_arg(parser, 'folder to save the predictions (as PNG label maps) '
+                'for offline evaluation')
     parser.add_argument(
         '--show', action='store_true', help='show the predictions')
     parser.add_argument(

@@ -8,13 +8,12 @@ from configs with random weights (:func:`build_models`), sizes measured
 smallest first (:func:`measure_sizes`), at each size every model measured
 (memory, :mod:`.memory`; a size predicted not to fit skipped) and then
 timed in interleaved rounds (:mod:`.timing`), ratios to the baseline and
-a markdown table (:mod:`.report`). :class:`BenchmarkOptions`,
-:func:`add_measurement_args` and :func:`prepare_run` are the benchmark
-tools' common options and set-up.
+a markdown table (:mod:`.report`). :class:`BenchmarkOptions`
+and :func:`prepare_run` are the benchmark tools' common options and
+set-up (their flags: ``mmseg_whitebox.cli.options.add_measurement_args``).
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import glob
 import os
@@ -41,6 +40,7 @@ class BenchmarkOptions:
     max_seconds: Optional[float] = 30.0
     backward: bool = True
     flops: bool = True
+    #: the autocast dtype (``'float16'``, ``'bfloat16'``), or None
     amp: Optional[str] = None
     seed: int = 0
 
@@ -181,63 +181,6 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
         model.cfg = cfg
         models[name] = model.to(device).eval()
     return models
-
-
-# ------------------------------------------- the benchmark tools' options
-def parse_size(text: str) -> Tuple[int, int]:
-    """``'1024'`` -> (1024, 1024); ``'512x1024'`` -> (512, 1024) (H x W)."""
-    try:
-        parts = [int(v) for v in text.lower().split('x')]
-    except ValueError:
-        parts = []
-    if len(parts) == 1:
-        parts = parts * 2
-    if len(parts) != 2 or min(parts) < 16:
-        raise InputError(
-            f'size {text!r}: give N (square) or HxW, each >= 16 pixels')
-    return parts[0], parts[1]
-
-
-def size_arg(text: str) -> Tuple[int, int]:
-    """:func:`parse_size` as an argparse ``type``."""
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def add_measurement_args(parser: argparse.ArgumentParser, what: str,
-                         repeats: int, warmup: int,
-                         max_seconds: float) -> None:
-    """The options of the benchmark tools that say where and how to
-    measure (``what``: the things timed, for the help text); check them
-    with :func:`check_measurement_args`."""
-    add = parser.add_argument
-    add('--device', default='cpu', help='cpu, cuda or cuda:N (default: cpu)')
-    add('--threads', type=int, help="CPU threads (default: torch's choice)")
-    add('--repeats', type=int, default=repeats,
-        help=f'timed calls per measurement, median reported (default: '
-        f'{repeats})')
-    add('--warmup', type=int, default=warmup,
-        help=f'untimed calls first (default: {warmup})')
-    add('--max-seconds', type=float, default=max_seconds,
-        help=f'stop timing one of the {what} after this many seconds (at '
-        f'least 3 calls; default: {max_seconds:g})')
-    add('--no-backward', action='store_true',
-        help='skip the forward+backward measurements')
-    add('--amp', choices=['bf16', 'fp16'],
-        help='run under torch.autocast with this dtype')
-    add('--memory-limit-gb', type=float,
-        help='skip runs predicted to need more (default: 80%% of the '
-        'memory available at the start)')
-    add('--seed', type=int, default=0)
-
-
-def check_measurement_args(parser: argparse.ArgumentParser,
-                           args: argparse.Namespace) -> None:
-    """Exit through ``parser.error`` on impossible timing options."""
-    if args.repeats < 1 or args.warmup < 0:
-        parser.error('--repeats must be >= 1 and --warmup >= 0')
 
 
 def project_configs() -> str:

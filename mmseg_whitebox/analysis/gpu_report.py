@@ -37,8 +37,8 @@ from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
 from .timing import autocast
 
-#: the precisions of every benchmark: None (float32) and autocast bf16
-PRECISIONS: Tuple[Optional[str], ...] = (None, 'bf16')
+#: the precisions of every benchmark: None (float32) and autocast bfloat16
+PRECISIONS: Tuple[Optional[str], ...] = (None, 'bfloat16')
 REPORT = 'gpu_report.md'
 
 
@@ -126,7 +126,7 @@ def missing_gpu(device: str) -> Optional[str]:
 
 
 def precision_name(amp: Optional[str]) -> str:
-    return amp or 'fp32'
+    return amp or 'float32'
 
 
 def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
@@ -137,8 +137,8 @@ def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
 
 def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
                         measure: Callable, bench: Benchmark) -> List[Dict]:
-    """``measure(size, options, history)`` at every size, in fp32 and then
-    bf16 (each with its own ratios), the rows marked with their
+    """``measure(size, options, history)`` at every size, in float32 and then
+    bfloat16 (each with its own ratios), the rows marked with their
     precision."""
     rows: List[Dict] = []
     for amp in PRECISIONS:

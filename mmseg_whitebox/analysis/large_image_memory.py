@@ -190,9 +190,9 @@ def large_image_memory_report(config: str,
     read_config(config, cfg_options)  # missing: a ToolError
     options = dict(cfg_options or {})
     if min(list(size) + list(agreement_size)) < 1:
-        raise ToolError('--size and --agreement-size take positive sizes')
+        raise ToolError('--shape and --agreement-shape take positive sizes')
     if memory_limit_gb is not None and memory_limit_gb <= 0:
-        raise ToolError('--memory-limit must be positive (GB)')
+        raise ToolError('--memory-limit-gb must be positive')
     import torch
     limit = (memory_limit_gb * GIB if memory_limit_gb else
              0.85 * (available_memory(torch.device('cpu')) or 0)) or None

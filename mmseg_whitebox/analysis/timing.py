@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from mmseg_whitebox.utils.amp import AMP_DTYPES
+
 # calls slower than this (seconds) are past any warm-up or cache effect
 SLOW_CALL = 1.0
 
@@ -25,11 +27,13 @@ def synchronize(device: torch.device) -> None:
 
 
 def autocast(device: torch.device, amp: Optional[str]):
-    """``torch.autocast`` in ``amp`` (``'bf16'`` or ``'fp16'``), or
-    nothing."""
+    """``torch.autocast`` in ``amp`` (``'float16'`` or ``'bfloat16'``, as
+    ``--amp-dtype``), or nothing."""
     if amp is None:
         return nullcontext()
-    dtype = torch.bfloat16 if amp == 'bf16' else torch.float16
+    if amp not in AMP_DTYPES:
+        raise ValueError(f'amp must be one of {AMP_DTYPES}, got {amp!r}')
+    dtype = getattr(torch, amp)
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 

@@ -68,9 +68,11 @@ class DemoOptions:
     (``sweep=False`` is ``--no-sweep``); ``dataset`` (the synthetic data
     to generate) is the library's only. Checked when made."""
     out: str = field(default='work_dirs/demo', metadata=dict(
-        help='output folder (default: work_dirs/demo)'))
-    data: str = field(default='data/synthetic-context', metadata=dict(
-        help='where the synthetic dataset is written'))
+        help='output folder (default: work_dirs/demo)', metavar='DIR'))
+    data_root: str = field(default='data/synthetic-context', metadata=dict(
+        help='where the synthetic dataset is written (DIR/'
+        'ADEChallengeData2016; default: data/synthetic-context)',
+        metavar='DIR'))
     models: Sequence[str] = field(default=DEFAULT_MODELS, metadata=dict(
         help='which demo models to train and test (default: '
         f'{" ".join(DEFAULT_MODELS)})', choices=list(DEMO_MODELS)))
@@ -82,7 +84,7 @@ class DemoOptions:
     sigmas: Sequence[float] = field(default=SWEEP_SIGMAS, metadata=dict(
         help='noise standard deviations of the sweeps (default: '
         f'{" ".join(map(str, SWEEP_SIGMAS))})'))
-    seeds: int = field(default=2, metadata=dict(
+    draws: int = field(default=2, metadata=dict(
         help='noise draws per sigma in the sweeps (default 2)'))
     sweep: bool = field(default=True, metadata=dict(
         help='skip the robustness sweeps'))
@@ -107,8 +109,8 @@ class DemoOptions:
                     f'models are {", ".join(DEMO_MODELS)}')
         if self.iters is not None and self.iters < 1:
             raise InputError(f'--iters must be >= 1, got {self.iters}')
-        # the sweep's own checks (seeds, sigmas), before any work
-        self.sweep_options(name='', out='')
+        # the sweep's own checks (draws, sigmas), before any work
+        self.sweep_options(label='', out='')
 
     def run_options(self, data_root: str) -> Dict[str, Any]:
         """The config options of every run: the data, then
@@ -121,7 +123,7 @@ class DemoOptions:
 
     def sweep_options(self, **kwargs: Any) -> Any:
         from mmseg_whitebox.robustness import NoiseSweepOptions
-        return NoiseSweepOptions(sigmas=tuple(self.sigmas), seeds=self.seeds,
+        return NoiseSweepOptions(sigmas=tuple(self.sigmas), draws=self.draws,
                                  progress=False, **kwargs)
 
 
@@ -143,11 +145,12 @@ def run_demo(options: Optional[DemoOptions] = None,
     sweep (clean, removed, usage per layer, mIoU per sigma)."""
     options = options or DemoOptions()
     start = time.time()
-    check_writable_folder(options.data, '--data')
+    check_writable_folder(options.data_root, '--data-root')
     with lock_folder(options.out, '--out'):  # one demo writes there at a time
         log('== 1. synthetic ADE20K-layout data '
             f'({options.dataset.variant} variant)')
-        data_root = generate_synthetic_ade20k(options.data, options.dataset)
+        data_root = generate_synthetic_ade20k(options.data_root,
+                                              options.dataset)
         meta = load_meta(data_root)
         chance = chance_miou(meta['val_pixel_counts'])
         log(f'{data_root}: {options.dataset.num_train} train / '
@@ -263,7 +266,7 @@ def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
     if resume and options.retrain:
         os.remove(results)
         resume = False
-    sweep = options.sweep_options(name=name, out=out, resume=resume,
+    sweep = options.sweep_options(label=name, out=out, resume=resume,
                                   work_dir=osp.join(out, 'runs'),
                                   cfg_options=options.run_options(
                                       data_root))

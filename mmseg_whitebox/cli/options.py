@@ -1,17 +1,27 @@
 """The options the tools share, declared once: mmseg's ``--work-dir``,
 ``--cfg-options``, ``--launcher`` and the checkpoint checks' ``--allow-*``
-flags, the parser every tool builds from its docstring, and the flags of
-a package function's options dataclass (:func:`add_dataclass_args`), so
-that an option is declared in one place: its field."""
+flags, the project's vocabulary for everything else (``--out DIR``,
+``--out-file FILE``, ``--device``, ``--shape H [W]`` and ``--shapes``,
+``--arch``, ``--amp`` with ``--amp-dtype``, ``--memory-limit-gb``,
+``--data-root``, ``--num-images``, ``--threads``, the benchmarks' timing
+options; the table is docs/tools.md), the parser every tool builds from
+its docstring, and the flags of a package function's options dataclass
+(:func:`add_dataclass_args`), so that an option is declared in one place:
+its builder here, or its field."""
 from __future__ import annotations
 
 import argparse
 import collections.abc
 import dataclasses
 import typing
-from typing import Any, Iterable, Optional, Tuple, Type, TypeVar
+from typing import Any, Iterable, Optional, Sequence, Tuple, Type, TypeVar
 
 from mmengine.config import DictAction
+
+from mmseg_whitebox.utils.amp import AMP_DTYPES
+
+#: the model sizes ``--arch`` names (ViT-Tiny, -Small, -Base, -Large)
+ARCHS = ('t', 's', 'b', 'l')
 
 
 class CfgOptionsAction(DictAction):
@@ -159,3 +169,215 @@ def options_from_args(cls: Type[T], args: argparse.Namespace) -> T:
     return cls(**{f.name: getattr(args, f.name)
                   for f in dataclasses.fields(cls) if f.init
                   and hasattr(args, f.name)})
+
+
+# ------------------------------------------------ the project's vocabulary
+def add_out_arg(parser: argparse.ArgumentParser, help: str,
+                default: Optional[str] = None,
+                required: bool = False) -> None:
+    """``--out DIR``: the folder a tool writes its results to (always a
+    folder; a single file is :func:`add_out_file_arg`)."""
+    parser.add_argument('--out', metavar='DIR', default=default,
+                        required=required, help=help)
+
+
+def add_out_file_arg(parser: argparse.ArgumentParser, help: str,
+                     default: Optional[str] = None,
+                     required: bool = False) -> None:
+    """``--out-file FILE``: the one file a tool writes."""
+    parser.add_argument('--out-file', metavar='FILE', default=default,
+                        required=required, help=help)
+
+
+def add_device_arg(parser: argparse.ArgumentParser,
+                   default: Optional[str] = 'cpu',
+                   help: Optional[str] = None) -> None:
+    """``--device``: where the model runs (``cpu``, ``cuda``,
+    ``cuda:N``)."""
+    parser.add_argument(
+        '--device', default=default,
+        help=help or f'cpu, cuda or cuda:N (default: {default})')
+
+
+def add_threads_arg(parser: argparse.ArgumentParser,
+                    help: str = "CPU threads (default: torch's choice)"
+                    ) -> None:
+    """``--threads N``: torch's (or onnxruntime's) CPU threads."""
+    parser.add_argument('--threads', type=int, metavar='N', help=help)
+
+
+def add_arch_arg(parser: argparse.ArgumentParser, default: str = 's',
+                 choices: Sequence[str] = ARCHS,
+                 help: str = 'model size') -> None:
+    """``--arch {t,s,b,l}``: a model size (ViT-Tiny ... -Large)."""
+    parser.add_argument('--arch', default=default, choices=list(choices),
+                        help=f'{help} (default: {default})')
+
+
+def add_data_root_arg(parser: argparse.ArgumentParser, help: str,
+                      default: Optional[str] = None,
+                      required: bool = False) -> None:
+    """``--data-root DIR``: a data folder (mmseg's config key
+    ``data_root``)."""
+    parser.add_argument('--data-root', metavar='DIR', default=default,
+                        required=required, help=help)
+
+
+def add_num_images_arg(parser: argparse.ArgumentParser, default: int,
+                       help: str) -> None:
+    """``--num-images N``: how many images a tool uses."""
+    parser.add_argument('--num-images', type=int, metavar='N',
+                        default=default, help=f'{help} (default {default})')
+
+
+def add_labels_arg(parser: argparse.ArgumentParser,
+                   help: str = 'legend labels, one per folder') -> None:
+    """``--labels A [B ...]``: the ``--label`` of each of several inputs."""
+    parser.add_argument('--labels', nargs='+', metavar='LABEL', help=help)
+
+
+def add_memory_limit_arg(parser: argparse.ArgumentParser,
+                         help: str) -> None:
+    """``--memory-limit-gb GB``."""
+    parser.add_argument('--memory-limit-gb', type=float, metavar='GB',
+                        help=help)
+
+
+def add_amp_args(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--amp`` (a switch) and ``--amp-dtype {float16,bfloat16}`` (implies
+    ``--amp``); ``what``: what runs under autocast. Read both with
+    :func:`amp_dtype`."""
+    parser.add_argument(
+        '--amp', action='store_true',
+        help=f'{what} under automatic mixed precision (float16 autocast '
+        'unless --amp-dtype says otherwise)')
+    parser.add_argument(
+        '--amp-dtype', choices=AMP_DTYPES,
+        help='the autocast dtype of --amp (implies it): float16 (default) '
+        'or bfloat16')
+
+
+def amp_dtype(args: argparse.Namespace) -> Optional[str]:
+    """The autocast dtype ``--amp`` / ``--amp-dtype`` ask for: None (no
+    autocast), ``'float16'`` or ``'bfloat16'``."""
+    if args.amp_dtype:
+        return args.amp_dtype
+    return AMP_DTYPES[0] if args.amp else None
+
+
+def parse_shape(values: Sequence[Any], minimum: int = 1
+                ) -> Tuple[int, int]:
+    """An input size ``(H, W)`` from ``[H]`` (square), ``[H, W]`` or the
+    text ``'H'`` / ``'HxW'``: the one reading of every ``--shape`` and
+    ``--shapes`` entry.
+
+    Raises:
+        ValueError: not one or two whole numbers >= ``minimum``.
+    """
+    text = values if isinstance(values, str) else None
+    if text is not None:
+        values = text.lower().split('x')
+    try:
+        parts = [int(v) for v in values]
+    except (TypeError, ValueError):
+        parts = []
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or min(parts) < minimum:
+        given = text if text is not None else ' '.join(map(str, values))
+        raise ValueError(
+            f'{given!r} is not a size: give H (square) or '
+            f'{"HxW" if text is not None else "H W"}, each >= {minimum} '
+            'pixels')
+    return parts[0], parts[1]
+
+
+class ShapeAction(argparse.Action):
+    """``--shape H [W]`` read by :func:`parse_shape` into ``(H, W)``."""
+
+    def __init__(self, *args: Any, minimum: int = 1, **kwargs: Any) -> None:
+        self.minimum = minimum
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser,
+                 namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        try:
+            setattr(namespace, self.dest, parse_shape(values, self.minimum))
+        except ValueError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from exc
+
+
+class ShapeType:
+    """An argparse ``type`` for one ``--shapes`` entry, ``H`` or ``HxW``
+    (:func:`parse_shape`)."""
+
+    def __init__(self, minimum: int = 1) -> None:
+        self.minimum = minimum
+        self.__name__ = 'shape'  # argparse names the type in its errors
+
+    def __call__(self, text: str) -> Tuple[int, int]:
+        try:
+            return parse_shape(text, self.minimum)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_shape_arg(parser: argparse.ArgumentParser, help: str,
+                  default: Optional[Sequence[int]] = None,
+                  required: bool = False, flag: str = '--shape',
+                  minimum: int = 1) -> None:
+    """``--shape H [W]`` (``flag``: another name for a second size of the
+    same kind, e.g. ``--agreement-shape``): one input size, ``(H, W)``."""
+    parser.add_argument(
+        flag, nargs='+', metavar=('H', 'W'), action=ShapeAction,
+        minimum=minimum, required=required,
+        default=None if default is None else parse_shape(default, minimum),
+        help=help + ('' if default is None else
+                     f' (default: {" ".join(map(str, default))})'))
+
+
+def add_shapes_arg(parser: argparse.ArgumentParser, help: str,
+                   default: Sequence[str] = (), flag: str = '--shapes',
+                   minimum: int = 1, nargs: str = '+') -> None:
+    """``--shapes S [S ...]``, each ``H`` (square) or ``HxW``: a list of
+    input sizes, ``[(H, W), ...]``."""
+    parser.add_argument(
+        flag, nargs=nargs, metavar='H[xW]', type=ShapeType(minimum),
+        default=[parse_shape(s, minimum) for s in default],
+        help=help + (f' (default: {" ".join(default)})' if default
+                     else ''))
+
+
+def add_measurement_args(parser: argparse.ArgumentParser, what: str,
+                         repeats: int, warmup: int,
+                         max_seconds: float) -> None:
+    """The options of the benchmark tools that say where and how to
+    measure (``what``: the things timed, for the help text); check them
+    with :func:`check_measurement_args`."""
+    add_device_arg(parser)
+    add_threads_arg(parser)
+    add = parser.add_argument
+    add('--repeats', type=int, default=repeats,
+        help=f'timed calls per measurement, median reported (default: '
+        f'{repeats})')
+    add('--warmup', type=int, default=warmup,
+        help=f'untimed calls first (default: {warmup})')
+    add('--max-seconds', type=float, default=max_seconds,
+        help=f'stop timing one of the {what} after this many seconds (at '
+        f'least 3 calls; default: {max_seconds:g})')
+    add('--no-backward', action='store_true',
+        help='skip the forward+backward measurements')
+    add_amp_args(parser, 'run the models')
+    add_memory_limit_arg(
+        parser, 'skip runs predicted to need more (default: 80%% of the '
+        'memory available at the start)')
+    add('--seed', type=int, default=0, help='seed of the random weights '
+        'and inputs (default 0)')
+
+
+def check_measurement_args(parser: argparse.ArgumentParser,
+                           args: argparse.Namespace) -> None:
+    """Exit through ``parser.error`` on impossible timing options."""
+    if args.repeats < 1 or args.warmup < 0:
+        parser.error('--repeats must be >= 1 and --warmup >= 0')

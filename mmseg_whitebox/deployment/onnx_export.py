@@ -535,15 +535,15 @@ def export_and_check(config: str,
     require_deploy_packages()
     check_opset(opset)
     shape = _shape(shape, '--shape')
-    other_shapes = [_shape(s, '--check-shape') for s in other_shapes]
+    other_shapes = [_shape(s, '--check-shapes') for s in other_shapes]
     if other_shapes and not dynamic:
-        raise ToolError('--check-shape needs --dynamic: a static graph runs '
+        raise ToolError('--check-shapes needs --dynamic: a static graph runs '
                         'at its export shape only')
     if not 0 < min_agreement <= 1:
         raise ToolError(f'--min-agreement must be in (0, 1], got '
                         f'{min_agreement}')
-    check_not_input(out, [config, checkpoint], '--out')
-    check_output_file(out, '--out', suffixes=('.onnx', ))
+    check_not_input(out, [config, checkpoint], '--out-file')
+    check_output_file(out, '--out-file', suffixes=('.onnx', ))
     if report_file:
         check_not_input(report_file, [config, checkpoint, out], '--json')
         check_output_file(report_file, '--json', suffixes=('.json', ))
@@ -554,7 +554,8 @@ def export_and_check(config: str,
     if not checkpoint:
         raise ToolError('a checkpoint is needed')
     check_checkpoint(checkpoint)
-    with lock_output_file(out, '--out'):  # one export to ``out`` at a time
+    # one export to ``out`` at a time
+    with lock_output_file(out, '--out-file'):
         model = _load_model(config, checkpoint, cfg_options)
         shapes = [shape]
         if dynamic:
@@ -592,8 +593,8 @@ def export_and_check(config: str,
                 write_json(report_file, report, indent=2)
             if problem:
                 raise CheckFailedError(f'{problem}; the graph is kept as '
-                                       f'{failed}, and --out {out} was not '
-                                       'written')
+                                       f'{failed}, and --out-file {out} was '
+                                       'not written')
     return report
 
 

@@ -76,7 +76,7 @@ OUTPUT_NAMES = ('seg_logits', 'head_logits')
 DEFAULT_TILE_BYTES = 16 * 1024**2
 #: what to tell the owner of a graph this module cannot read
 REEXPORT = ('re-export it with tools/deployment/export_onnx.py CONFIG '
-            'CHECKPOINT --shape H W --dynamic --out FILE')
+            'CHECKPOINT --shape H W --dynamic --out-file FILE')
 
 Shape = Tuple[int, int]
 Image = Union[str, np.ndarray]

@@ -80,7 +80,7 @@ def compare_sweeps(folders: Sequence[str],
     text = '\n\n'.join([f'# {title or "Robustness to parameter noise"}',
                         markdown_table(rows, columns)] +
                        [f'Note: {n}.' for n in notes] + [FORMULAS]) + '\n'
-    with lock_folder(out_dir, '--out-dir'):  # one run writes there at a time
+    with lock_folder(out_dir, '--out'):  # one run writes there at a time
         write_text(paths['md'], text)
         write_csv(paths['csv'], list(rows[0]), rows)
         plot_robustness(runs, paths['png'], title, sigmas=common)

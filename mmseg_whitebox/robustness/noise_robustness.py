@@ -10,7 +10,7 @@ shows after it. A library user gets the same sweep, resumable, with::
 
     from mmseg_whitebox.robustness import NoiseSweepOptions, run_noise_sweep
     data = run_noise_sweep('configs/...py', 'ckpt.pth',
-                           NoiseSweepOptions(sigmas=[0.01, 0.1], seeds=2))
+                           NoiseSweepOptions(sigmas=[0.01, 0.1], draws=2))
 """
 from __future__ import annotations
 
@@ -75,10 +75,10 @@ def run_noise_sweep(config: str,
     say = log if main_process else (lambda msg: None)
     for sel in selections:
         say(sel.describe())
-    label = options.label(config)
+    label = options.legend_label(config)
     setup = dict(config=config, checkpoint=checkpoint,
                  target=options.target, mode=options.mode,
-                 num_seeds=options.seeds, seed=options.seed, name=label,
+                 num_seeds=options.draws, seed=options.seed, name=label,
                  selections=[s.label for s in selections],
                  num_parameters={s.label: s.numel for s in selections},
                  cfg_options=options.cfg_options or {})
@@ -129,9 +129,9 @@ def _measure_subspaces(evaluation: RunnerEvaluation, selections: list,
         if not subspace_sites(sel) or not sigmas:
             continue
         say(f'subspace angles: {sel.label}, {len(sigmas)} sigmas x '
-            f'{options.seeds} draws on {options.angle_images} images')
+            f'{options.draws} draws on {options.angle_images} images')
         store.add_subspace_rows(subspace_change(
-            evaluation.model, sel, sigmas, batches, options.seeds,
+            evaluation.model, sel, sigmas, batches, options.draws,
             options.mode, options.seed))
 
 

@@ -266,7 +266,7 @@ class NoiseSweep:
         evaluate: callable returning the current test metrics, e.g. a
             :class:`~.evaluation.RunnerEvaluation`.
         selections: what to perturb; several for one layer at a time.
-        options: the sweep's ``sigmas`` (0 is the clean model), ``seeds``
+        options: the sweep's ``sigmas`` (0 is the clean model), ``draws``
             (noise draws per sigma; draw ``i`` uses seed ``seed + i``),
             ``mode`` and ``ablation`` (also evaluate the ablation
             reference per selection); the other fields are
@@ -291,13 +291,13 @@ class NoiseSweep:
         options = options or NoiseSweepOptions()
         if not isinstance(options, NoiseSweepOptions):  # the old signature
             raise TypeError(
-                'NoiseSweep takes its sigmas, seeds, mode, seed and ablation '
+                'NoiseSweep takes its sigmas, draws, mode, seed and ablation '
                 f'as NoiseSweepOptions(...), not a {type(options).__name__}')
         self.model = model
         self.evaluate = evaluate
         self.selections = list(selections)
         self.sigmas = sorted({float(s) for s in options.sigmas})
-        self.num_seeds = options.seeds
+        self.num_seeds = options.draws
         self.mode = options.mode
         self.seed = options.seed
         self.store = store if store is not None else ResultStore()

@@ -72,7 +72,7 @@ class NoiseSweepOptions:
         default=tuple(PAPER_SIGMAS), metadata=dict(
             help='noise standard deviations (default: the CBSA paper\'s grid, '
             '1e-3 ... 1.0)'))
-    seeds: int = field(default=3, metadata=dict(
+    draws: int = field(default=3, metadata=dict(
         help='noise draws per sigma (default 3)'))
     seed: int = field(default=0, metadata=dict(
         help='seed of the first draw (draw i uses seed+i)'))
@@ -90,8 +90,8 @@ class NoiseSweepOptions:
         choices=MODES))
     out: Optional[str] = field(default=None, metadata=dict(
         help='results folder (default: work_dirs/noise_robustness/'
-        '<config>_<target>_<mode>)'))
-    name: Optional[str] = field(default=None, metadata=dict(
+        '<config>_<target>_<mode>)', metavar='DIR'))
+    label: Optional[str] = field(default=None, metadata=dict(
         help='legend label (default: config name)'))
     resume: bool = field(default=False, metadata=dict(
         help='continue the sweep in --out, skipping finished points'))
@@ -139,7 +139,7 @@ class NoiseSweepOptions:
         if self.mode not in MODES:
             raise InputError(f'--mode must be one of {", ".join(MODES)}, '
                              f'got {self.mode!r}')
-        for flag, value in (('--seeds', self.seeds),
+        for flag, value in (('--draws', self.draws),
                             ('--angle-images', self.angle_images),
                             ('--max-heads', self.max_heads)):
             if isinstance(value, bool) or not isinstance(
@@ -156,9 +156,9 @@ class NoiseSweepOptions:
                 '0.001 0.01 0.1')
         self.layers = layer_choice(self.layers)
 
-    def label(self, config: str) -> str:
-        """The legend label: ``name``, or the config's file name."""
-        return self.name or osp.splitext(osp.basename(config))[0]
+    def legend_label(self, config: str) -> str:
+        """The legend label: ``label``, or the config's file name."""
+        return self.label or osp.splitext(osp.basename(config))[0]
 
     def out_dir(self, config: str) -> str:
         """``out``, or ``work_dirs/noise_robustness/<config>_<target>_

@@ -252,7 +252,7 @@ def check_data_roots(cfg: Any, loaders: Iterable[str]) -> None:
             parent = osp.dirname(osp.normpath(root))
             variant = ' --variant context' if 'context' in root else ''
             hint = ('generate it with `python tools/dataset_converters/'
-                    f'synthetic_ade20k.py {parent}{variant}`')
+                    f'synthetic_ade20k.py --data-root {parent}{variant}`')
         raise ToolError(f'{key.split(".")[0]}: dataset folder {root!r} does '
                         f'not exist; {hint}')
 

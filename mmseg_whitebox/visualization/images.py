@@ -44,29 +44,29 @@ def output_paths(images: Sequence[str], source: str,
     else ``out_dir/<image name>.png`` (the extension kept in the name when
     two images share a stem)."""
     if out_file and out_dir:
-        raise ToolError('give either --out-file or --out-dir, not both')
+        raise ToolError('give either --out-file or --out, not both')
     if osp.isdir(source) and out_file:
         raise ToolError(f'{source!r} is a folder: write its overlays with '
-                        '--out-dir DIR instead of --out-file')
+                        '--out DIR instead of --out-file')
     if out_file:
         if osp.isdir(out_file):
             raise ToolError(f'--out-file {out_file!r} is a folder; give a '
-                            'file name (or use --out-dir)')
+                            'file name (or use --out)')
         check_not_input(out_file, images, '--out-file')
         check_output_file(out_file, '--out-file', image=True)
         return [out_file]
     if not out_dir:
-        raise ToolError('give --out-file FILE (one image) or --out-dir DIR '
+        raise ToolError('give --out-file FILE (one image) or --out DIR '
                         'for the overlays')
     if osp.exists(out_dir) and not osp.isdir(out_dir):
-        raise ToolError(f'--out-dir {out_dir!r} is a file, not a folder')
-    check_writable_folder(out_dir, '--out-dir')
+        raise ToolError(f'--out {out_dir!r} is a file, not a folder')
+    check_writable_folder(out_dir, '--out')
     stems = [osp.splitext(osp.basename(p))[0] for p in images]
     names = [osp.basename(p).replace('.', '_') if stems.count(s) > 1 else s
              for p, s in zip(images, stems)]
     outputs = [osp.join(out_dir, f'{name}.png') for name in names]
     for out in outputs:
-        check_not_input(out, images, '--out-dir')
+        check_not_input(out, images, '--out')
     return outputs
 
 
@@ -82,5 +82,5 @@ def lock_outputs(out_file: Optional[str] = None,
     folder ``out_dir``, else the file ``out_file`` (``<file>.lock``), so
     that two runs never paint into the same output."""
     if out_dir:
-        return lock_folder(out_dir, '--out-dir')
+        return lock_folder(out_dir, '--out')
     return lock_output_file(out_file, '--out-file')

@@ -1,11 +1,12 @@
 """Benchmark decode heads side by side on the same encoder features.
 
-    python tools/analysis_tools/benchmark_decoders.py [--encoder s] \
+    python tools/analysis_tools/benchmark_decoders.py [--arch s] \
         [--heads segmenter linear mssa mssa-ca tssa cbsa cbsa-rigorous \
                  cbsa-straightforward] \
-        [--sizes 512 768 1024 1536 2048 512x1024] [--device cpu|cuda] \
+        [--shapes 512 768 1024 1536 2048 512x1024] [--device cpu|cuda] \
         [--threads N] [--repeats 10] [--max-seconds 30] [--no-backward] \
-        [--amp bf16|fp16] [--out work_dirs/benchmark_decoders]
+        [--amp [--amp-dtype float16|bfloat16]] \
+        [--out work_dirs/benchmark_decoders]
 
 Per image size and head: parameters and FLOPs (mmengine's analysis, fused
 multiply-adds, attention included), forward latency (no_grad) and
@@ -30,30 +31,27 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import decoder_benchmark as bench
 from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_arch_arg, add_measurement_args,
+                                        add_out_arg, add_shapes_arg,
+                                        amp_dtype, check_measurement_args)
 
 DEFAULT_SIZES = ('512', '768', '1024', '1536', '2048', '512x1024')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
-    p.add_argument('--encoder', default='s', choices=['t', 's', 'b', 'l'],
-                   help='ViT whose configs (feature width, head sizes) are '
-                   'used (default: s)')
+    add_arch_arg(p, help='ViT whose configs (feature width, head sizes) '
+                 'are used')
     p.add_argument('--heads', nargs='+', choices=list(bench.HEAD_CONFIGS),
                    default=list(bench.HEAD_CONFIGS), help='heads to compare')
-    p.add_argument('--sizes', nargs='+', type=common.size_arg,
-                   default=[common.parse_size(s) for s in DEFAULT_SIZES],
-                   help='image sizes, N or HxW (default: '
-                   f'{" ".join(DEFAULT_SIZES)})')
-    common.add_measurement_args(p, 'heads', repeats=10, warmup=2,
-                               max_seconds=30.0)
+    add_shapes_arg(p, 'image sizes, H or HxW', DEFAULT_SIZES, minimum=16)
+    add_measurement_args(p, 'heads', repeats=10, warmup=2, max_seconds=30.0)
     p.add_argument('--no-flops', action='store_true',
                    help='skip the FLOP counts')
-    p.add_argument('--out', default='work_dirs/benchmark_decoders',
-                   help='output folder (default: work_dirs/'
-                   'benchmark_decoders)')
+    add_out_arg(p, 'output folder (default: work_dirs/benchmark_decoders)',
+                default='work_dirs/benchmark_decoders')
     args = p.parse_args(argv)
-    common.check_measurement_args(p, args)
+    check_measurement_args(p, args)
     return args
 
 
@@ -75,11 +73,12 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 def main(argv=None) -> Dict:
     args = parse_args(argv)
     report = bench.run_decoder_benchmark(
-        args.out, args.heads, args.sizes, args.encoder,
+        args.out, args.heads, args.shapes, args.arch,
         common.BenchmarkOptions(
             repeats=args.repeats, warmup=args.warmup,
             max_seconds=args.max_seconds, backward=not args.no_backward,
-            flops=not args.no_flops, amp=args.amp, seed=args.seed),
+            flops=not args.no_flops, amp=amp_dtype(args),
+            seed=args.seed),
         args.device, args.threads, args.memory_limit_gb)
     print_summary(report['results'], report['slopes'])
     return report

@@ -1,7 +1,7 @@
 """Time onnxruntime against PyTorch: whole-image inference of the demo models.
 
     python tools/analysis_tools/benchmark_onnx.py \
-        [--models segmenter cbsa ...] [--image-size 512x683] [--threads N] \
+        [--models segmenter cbsa ...] [--shape 512 683] [--threads N] \
         [--repeats 5] [--warmup 1] [--out work_dirs/benchmark_onnx]
 
 Each demo model (make demo's configs; default: all of them) is built with
@@ -21,6 +21,8 @@ from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.apis import config_path
 from mmseg_whitebox.apis.demo_models import DEMO_MODELS
 from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_out_arg, add_shape_arg,
+                                        add_threads_arg)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 
@@ -29,17 +31,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--models', nargs='+', choices=list(DEMO_MODELS),
                    default=list(DEMO_MODELS),
                    help='demo models to time (default: all)')
-    p.add_argument('--image-size', type=common.size_arg,
-                   default='512x683', metavar='HxW',
-                   help='the image predicted (default: 512x683)')
-    p.add_argument('--threads', type=int, default=None,
-                   help='CPU threads of torch and onnxruntime alike')
+    add_shape_arg(p, 'the image predicted', default=(512, 683), minimum=16)
+    add_threads_arg(p, 'CPU threads of torch and onnxruntime alike')
     p.add_argument('--repeats', type=int, default=5,
                    help='timed calls of each, median reported (default: 5)')
     p.add_argument('--warmup', type=int, default=1,
                    help='untimed calls first (default: 1)')
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--out', default='work_dirs/benchmark_onnx')
+    p.add_argument('--seed', type=int, default=0,
+                   help='seed of the random weights and image (default 0)')
+    add_out_arg(p, 'output folder (default: work_dirs/benchmark_onnx)',
+                default='work_dirs/benchmark_onnx')
     args = p.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         p.error('--repeats must be >= 1 and --warmup >= 0')
@@ -61,7 +62,7 @@ def main(argv=None):
     options = common.BenchmarkOptions(repeats=args.repeats,
                                       warmup=args.warmup, max_seconds=None,
                                       seed=args.seed)
-    report = benchmark_onnx(configs, args.out, args.image_size,
+    report = benchmark_onnx(configs, args.out, args.shape,
                             args.threads, options)
     print(f'\nwritten to {args.out}: benchmark.json, benchmark.md')
     return report

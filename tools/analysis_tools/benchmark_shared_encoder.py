@@ -1,14 +1,15 @@
 """Time a shared-encoder noise sweep against one evaluation per setting.
 
     python tools/analysis_tools/benchmark_shared_encoder.py \
-        [--config configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py] \
-        [--images 2] [--image-size 512 683] [--settings 20] \
+        [CONFIG] [--num-images 2] [--shape 512 683] [--settings 20] \
         [--max-heads 20] [--target decoder-attention] [--threads N] \
-        [--device cpu|cuda] [--profile] [--cfg-options k=v ...]
+        [--device cpu|cuda] [--data-root DIR] [--profile] \
+        [--cfg-options k=v ...]
 
-Builds the config's model with random weights (no pretrained encoder, no
-checkpoint), writes --images synthetic ADE20K-layout validation images of
-exactly --image-size (mmseg_whitebox.datasets.synthetic_ade20k) and
+CONFIG (default: configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py):
+builds its model with random weights (no pretrained encoder, no
+checkpoint), writes --num-images synthetic ADE20K-layout validation images
+of exactly --shape (mmseg_whitebox.datasets.synthetic_ade20k) and
 evaluates --settings noise settings (the CBSA paper's sigmas, one draw
 each) on them with the config's own test pipeline, inference mode (slide
 for the ADE20K configs) and IoUMetric: once one setting at a time
@@ -26,7 +27,10 @@ import os.path as osp
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_data_root_arg, add_device_arg,
+                                        add_num_images_arg, add_shape_arg,
+                                        add_threads_arg)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -35,32 +39,27 @@ DEFAULT_CONFIG = osp.join('configs', 'cbsa',
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from mmseg_whitebox.cli import CfgOptionsAction
     p = tool_parser(__doc__)
-    p.add_argument('--config', default=DEFAULT_CONFIG)
-    p.add_argument('--images', type=int, default=2,
-                   help='synthetic validation images (default 2)')
-    p.add_argument('--image-size', type=int, nargs=2, default=(512, 683),
-                   metavar=('H', 'W'))
+    p.add_argument('config', nargs='?', default=DEFAULT_CONFIG,
+                   help=f'the model\'s config (default: {DEFAULT_CONFIG})')
+    add_num_images_arg(p, 2, 'synthetic validation images')
+    add_shape_arg(p, 'size of every image', default=(512, 683))
     p.add_argument('--settings', type=int, default=20,
                    help='noise settings, one draw per sigma of the paper\'s '
                    'grid, repeated if more (default 20)')
     p.add_argument('--max-heads', type=int, default=None,
                    help='head copies per pass (default: all settings)')
     p.add_argument('--target', default='decoder-attention')
-    p.add_argument('--threads', type=int,
-                   help='torch intra-op threads (default: torch\'s)')
-    p.add_argument('--device', default='cpu',
-                   help='where the model runs (default cpu)')
-    p.add_argument('--data-dir',
-                   help='where the synthetic images go (default: a '
-                   'temporary folder)')
+    add_threads_arg(p, 'torch intra-op threads (default: torch\'s)')
+    add_device_arg(p)
+    add_data_root_arg(p, 'where the synthetic dataset is written (DIR/'
+                      'ADEChallengeData2016; default: a temporary folder)')
     p.add_argument('--profile', action='store_true',
                    help='print the ops that take the shared sweep\'s time')
-    p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
+    add_cfg_options_arg(p)
     args = p.parse_args(argv)
-    if args.images < 1 or args.settings < 1:
-        p.error('--images and --settings must be >= 1')
+    if args.num_images < 1 or args.settings < 1:
+        p.error('--num-images and --settings must be >= 1')
     if args.max_heads is not None and args.max_heads < 1:
         p.error('--max-heads must be >= 1')
     return args
@@ -73,10 +72,10 @@ def main(argv=None) -> float:
     options = SharedSweepOptions(
         config=(args.config if osp.isabs(args.config) else
                 osp.join(REPO, args.config)),
-        images=args.images, image_size=tuple(args.image_size),
+        images=args.num_images, image_size=args.shape,
         settings=args.settings, max_heads=args.max_heads,
         target=args.target, device=args.device, threads=args.threads,
-        data_dir=args.data_dir, cfg_options=args.cfg_options,
+        data_dir=args.data_root, cfg_options=args.cfg_options,
         profile=args.profile)
     report = run_shared_encoder_benchmark(options)
     seq, shared = report['sequential_s'], report['shared_s']

@@ -1,11 +1,12 @@
 """Benchmark one training step of whole segmentors against ViT + Segmenter.
 
-    python tools/analysis_tools/benchmark_train_step.py [--size s] \
+    python tools/analysis_tools/benchmark_train_step.py [--arch s] \
         [--models vit+segmenter vit+cbsa cbt+cbsa crate+cbsa tost+cbsa \
                   cbsa-vit+cbsa] \
-        [--sizes 512 1024 2048] [--batch 2] [--with-cp] \
+        [--shapes 512 1024 2048] [--batch 2] [--with-cp] \
         [--banded-loss [ROWS]] \
-        [--device cpu|cuda] [--threads N] [--amp bf16|fp16] \
+        [--device cpu|cuda] [--threads N] \
+        [--amp [--amp-dtype float16|bfloat16]] \
         [--repeats 3] [--max-seconds 60] \
         [--out work_dirs/benchmark_train_step]
 
@@ -32,6 +33,9 @@ from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import train_step_benchmark as bench
 from mmseg_whitebox.analysis.report import ratio_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_arch_arg, add_measurement_args,
+                                        add_out_arg, add_shapes_arg,
+                                        amp_dtype, check_measurement_args)
 from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
 
 DEFAULT_SIZES = ('512', '1024', '2048')
@@ -39,16 +43,12 @@ DEFAULT_SIZES = ('512', '1024', '2048')
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
-    p.add_argument('--size', default='s', choices=['t', 's'],
-                   help='model size (default: s)')
+    add_arch_arg(p, choices=('t', 's'))
     p.add_argument('--models', nargs='+', choices=list(bench.TRAIN_CONFIGS),
                    default=list(bench.DEFAULT_MODELS),
                    help=f'models to compare ({bench.REFERENCE}: the '
                    'reference)')
-    p.add_argument('--sizes', nargs='+', type=common.size_arg,
-                   default=[common.parse_size(s) for s in DEFAULT_SIZES],
-                   help=f'crop sizes, N or HxW (default: '
-                   f'{" ".join(DEFAULT_SIZES)})')
+    add_shapes_arg(p, 'crop sizes, H or HxW', DEFAULT_SIZES, minimum=16)
     p.add_argument('--batch', type=int, default=2,
                    help='crops per step (default: 2)')
     p.add_argument('--with-cp', action='store_true',
@@ -58,11 +58,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    const=DEFAULT_BAND_ROWS, default=None,
                    help='also every model with the decode loss in bands of '
                    f'ROWS label rows (default ROWS: {DEFAULT_BAND_ROWS})')
-    common.add_measurement_args(p, 'models', repeats=3, warmup=1,
-                                max_seconds=60.0)
-    p.add_argument('--out', default='work_dirs/benchmark_train_step')
+    add_measurement_args(p, 'models', repeats=3, warmup=1, max_seconds=60.0)
+    add_out_arg(p, 'output folder (default: work_dirs/benchmark_train_step)',
+                default='work_dirs/benchmark_train_step')
     args = p.parse_args(argv)
-    common.check_measurement_args(p, args)
+    check_measurement_args(p, args)
     if args.batch < 1:
         p.error('--batch must be >= 1')
     if args.banded_loss is not None and args.banded_loss < 1:
@@ -79,11 +79,12 @@ def print_summary(rows: List[Dict]) -> None:
 def main(argv=None) -> Dict:
     args = parse_args(argv)
     report = bench.run_train_step_benchmark(
-        args.out, args.models, args.sizes, args.size, args.batch,
+        args.out, args.models, args.shapes, args.arch, args.batch,
         args.with_cp, args.banded_loss,
         common.BenchmarkOptions(
             repeats=args.repeats, warmup=args.warmup,
-            max_seconds=args.max_seconds, amp=args.amp, seed=args.seed),
+            max_seconds=args.max_seconds, amp=amp_dtype(args),
+            seed=args.seed),
         args.device, args.threads, args.memory_limit_gb)
     print_summary(report['results'])
     return report

@@ -20,22 +20,23 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.coding_rate_report import coding_rate_report
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_device_arg, add_num_images_arg,
+                                        add_out_arg)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('config')
     p.add_argument('checkpoint')
-    p.add_argument('--num-images', type=int, default=50,
-                   help='test images to measure on (default 50)')
+    add_num_images_arg(p, 50, 'test images to measure on')
     p.add_argument('--eps', type=float, default=0.1,
                    help='quantisation precision epsilon (default 0.1, i.e. '
                    'eps^2 = 0.01 as the CBSA code)')
     p.add_argument('--maps', type=int, default=2,
                    help='images to draw CBSA extraction maps for (0: none)')
-    p.add_argument('--out', help='output folder (default: work_dirs/'
-                   'coding_rate/<config name>)')
-    p.add_argument('--device', default='cpu')
+    add_out_arg(p, 'output folder (default: work_dirs/coding_rate/<config '
+                'name>)')
+    add_device_arg(p)
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 

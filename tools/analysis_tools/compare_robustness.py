@@ -1,7 +1,7 @@
 """Compare noise sweeps: one table (Markdown + CSV) and one plot.
 
     python tools/analysis_tools/compare_robustness.py SWEEP_DIR [...] \
-        --out-dir DIR [--labels A B ...] [--sigmas 0.01 0.1 ...] [--title T]
+        --out DIR [--labels A B ...] [--sigmas 0.01 0.1 ...] [--title T]
 
 Each SWEEP_DIR is an output folder of tools/noise_robustness.py (older ones
 too: everything is computed from the stored draws). Per model and
@@ -13,15 +13,16 @@ over the sigmas all sweeps share. Writes DIR/comparison.{md,csv,png}.
 import argparse
 
 from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import add_labels_arg, add_out_arg
 from mmseg_whitebox.robustness.compare import compare_sweeps
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('folders', nargs='+', help='noise sweep output folders')
-    p.add_argument('--out-dir', default='robustness_comparison',
-                   help='folder for comparison.{md,csv,png}')
-    p.add_argument('--labels', nargs='+', help='model labels, one per folder')
+    add_out_arg(p, 'folder for comparison.{md,csv,png} (default: '
+                'robustness_comparison)', default='robustness_comparison')
+    add_labels_arg(p)
     p.add_argument('--sigmas', type=float, nargs='+',
                    help='per-sigma table columns (default: every sigma the '
                    'sweeps share)')
@@ -32,7 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     # bad input is a ToolError raised where it is found
-    out = compare_sweeps(args.folders, args.out_dir, args.labels,
+    out = compare_sweeps(args.folders, args.out, args.labels,
                          args.sigmas, args.title)
     print(out['markdown'])
     print(f'wrote {out["md"]}, {out["csv"]}, {out["png"]}')

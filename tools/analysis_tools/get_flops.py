@@ -17,6 +17,7 @@ from mmseg_whitebox.analysis.model_complexity import (config_complexity,
                                                       default_shape)
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli.options import add_shape_arg
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
@@ -24,25 +25,20 @@ from mmseg_whitebox.utils.tool_error import InputError, ToolError
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('config')
-    p.add_argument('--shape', type=int, nargs='+', metavar='SIZE',
-                   help='input height and width (one value: square; '
-                   'default: the config\'s crop size)')
+    add_shape_arg(p, 'input height and width (one value: square; '
+                  'default: the config\'s crop size)')
     p.add_argument('--depth', type=int, default=3,
                    help='module levels in the table (default 3)')
-    p.add_argument('--json', help='also write the totals to this file')
+    p.add_argument('--json', metavar='FILE',
+                   help='also write the totals to this file')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.shape is not None and (len(args.shape) not in (1, 2) or
-                                   min(args.shape) < 1):
-        raise ToolError('--shape takes one or two positive sizes (H [W]), '
-                        f'got {args.shape}')
     cfg = read_config(args.config, args.cfg_options)
-    shape = default_shape(cfg) if args.shape is None else (
-        args.shape * 2 if len(args.shape) == 1 else args.shape)
+    shape = default_shape(cfg) if args.shape is None else args.shape
     try:
         result = config_complexity(cfg, shape, max_depth=args.depth)
     except InputError as exc:  # e.g. a CBSA grid larger than the tokens

@@ -1,4 +1,4 @@
-"""Run the project's benchmarks on one GPU in fp32 and bf16: one report.
+"""Run the project's benchmarks on one GPU in float32 and bfloat16: one report.
 
     python tools/analysis_tools/gpu_report.py --out DIR [--device cuda] \
         [--dry-run]
@@ -20,15 +20,14 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import add_device_arg, add_out_arg
 from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
-    p.add_argument('--out', required=True,
-                   help='folder for gpu_report.md and the JSONs')
-    p.add_argument('--device', default='cuda',
-                   help='cuda or cuda:N (default: cuda)')
+    add_out_arg(p, 'folder for gpu_report.md and the JSONs', required=True)
+    add_device_arg(p, 'cuda', 'cuda or cuda:N (default: cuda)')
     p.add_argument('--dry-run', action='store_true',
                    help='the same sequence on the CPU at tiny sizes')
     return p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Overlay the robustness curves of several noise sweeps in one plot.
 
     python tools/analysis_tools/plot_robustness.py SWEEP_DIR [SWEEP_DIR ...] \
-        --out compare.png [--labels A B ...] [--title TEXT]
+        --out-file compare.png [--labels A B ...] [--title TEXT]
 
 Each SWEEP_DIR is an output folder of tools/noise_robustness.py. Every model
 gets its noise curve (the mean over draws with 95% t-interval error bars
@@ -13,17 +13,18 @@ well, see compare_robustness.py.
 """
 import argparse
 
-from mmseg_whitebox.cli import run_tool
+from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import add_labels_arg, add_out_file_arg
 from mmseg_whitebox.robustness.plotting import plot_folders
 from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = tool_parser(__doc__)
     p.add_argument('folders', nargs='+', help='noise sweep output folders')
-    p.add_argument('--out', default='robustness_compare.png',
-                   help='PNG to write')
-    p.add_argument('--labels', nargs='+', help='legend labels, one per folder')
+    add_out_file_arg(p, 'PNG to write (default: robustness_compare.png)',
+                     default='robustness_compare.png')
+    add_labels_arg(p)
     p.add_argument('--title', help='plot title')
     return p.parse_args(argv)
 
@@ -32,7 +33,7 @@ def main(argv=None) -> str:
     args = parse_args(argv)
     if args.labels and len(args.labels) != len(args.folders):
         raise ToolError('give one --labels entry per folder')
-    path = plot_folders(args.folders, args.out, args.labels, args.title)
+    path = plot_folders(args.folders, args.out_file, args.labels, args.title)
     print(f'wrote {path}')
     return path
 

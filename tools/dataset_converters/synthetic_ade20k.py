@@ -1,17 +1,19 @@
 """Write the synthetic ADE20K-layout dataset used by the demo and tests.
 
-    python tools/dataset_converters/synthetic_ade20k.py data/synthetic
     python tools/dataset_converters/synthetic_ade20k.py \
-        data/synthetic-context --variant context --num-train 400
+        --data-root data/synthetic
+    python tools/dataset_converters/synthetic_ade20k.py \
+        --data-root data/synthetic-context --variant context --num-train 400
 
-Creates OUT_DIR/ADEChallengeData2016/{images,annotations}/{training,
+Creates DATA_ROOT/ADEChallengeData2016/{images,annotations}/{training,
 validation} (see mmseg_whitebox.datasets.synthetic_ade20k). Rerunning with
 the same arguments keeps the existing files.
 """
 import argparse
 import time
 
-from mmseg_whitebox.cli import run_tool
+from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import add_data_root_arg, add_shape_arg
 from mmseg_whitebox.datasets.synthetic_ade20k import (
     SyntheticADE20KSpec,
     VARIANTS,
@@ -23,8 +25,9 @@ from mmseg_whitebox.utils.tool_error import ToolError
 
 def parse_args(argv=None) -> argparse.Namespace:
     defaults = SyntheticADE20KSpec()
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('out_dir', help='parent folder of ADEChallengeData2016')
+    p = tool_parser(__doc__)
+    add_data_root_arg(p, 'where the dataset is written: the parent folder '
+                      'of ADEChallengeData2016', required=True)
     p.add_argument('--variant', choices=VARIANTS, default=defaults.variant,
                    help='appearance: class from colour x texture; context: '
                    'class also depends on a landmark elsewhere in the image')
@@ -33,14 +36,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    'and, for context, the landmark)')
     p.add_argument('--num-train', type=int, default=defaults.num_train)
     p.add_argument('--num-val', type=int, default=defaults.num_val)
-    p.add_argument('--image-size', type=int, nargs=2,
-                   default=list(defaults.image_size), metavar=('H', 'W'),
-                   help='largest image size; each image is randomly up to '
-                   '--size-jitter smaller per side')
+    add_shape_arg(p, 'largest image size; each image is randomly up to '
+                  '--size-jitter smaller per side',
+                  default=defaults.image_size)
     p.add_argument('--size-jitter', type=float, default=defaults.size_jitter)
     p.add_argument('--seed', type=int, default=defaults.seed)
     p.add_argument('--overwrite', action='store_true',
-                   help='replace a different synthetic dataset in OUT_DIR')
+                   help='replace a different synthetic dataset in '
+                   'DATA_ROOT')
     return p.parse_args(argv)
 
 
@@ -50,11 +53,11 @@ def main(argv=None) -> str:
     spec = SyntheticADE20KSpec(
         variant=args.variant, num_classes=args.num_classes,
         num_train=args.num_train, num_val=args.num_val,
-        image_size=tuple(args.image_size), size_jitter=args.size_jitter,
+        image_size=args.shape, size_jitter=args.size_jitter,
         seed=args.seed)
     start = time.time()
     try:
-        root = generate_synthetic_ade20k(args.out_dir, spec,
+        root = generate_synthetic_ade20k(args.data_root, spec,
                                          overwrite=args.overwrite)
     except FileExistsError as exc:  # a folder it refuses to write into
         raise ToolError(str(exc)) from exc

@@ -1,7 +1,7 @@
 """Export a segmentor to ONNX and check it with onnxruntime against PyTorch.
 
-    python tools/deployment/export_onnx.py CONFIG CHECKPOINT --shape H W \
-        --out FILE [--dynamic] [--check-shape H W ...] [--opset N] \
+    python tools/deployment/export_onnx.py CONFIG CHECKPOINT --shape H [W] \
+        --out-file FILE [--dynamic] [--check-shapes H[xW] ...] [--opset N] \
         [--check-image IMAGE] [--json REPORT] [--cfg-options k=v ...]
 
 The whole segmentor (encoder + decode head, white-box or Segmenter) in
@@ -18,9 +18,9 @@ mmseg_whitebox.deployment.OnnxSegmentor and
 tools/deployment/onnx_inference.py.
 
 The graph is then run with onnxruntime (CPU) and compared with PyTorch on
-random inputs at the export shape and, with --dynamic, at --check-shape
+random inputs at the export shape and, with --dynamic, at --check-shapes
 sizes (default: one non-square size). It prints the largest logit
-difference and the argmax agreement per size. --out is written only when
+difference and the argmax agreement per size. --out-file is written only when
 the agreement everywhere is at least --min-agreement (99.9%); otherwise
 the graph is kept as OUT_STEM.failed.onnx, the tool says so and exits
 with status 1 (bad input exits with 2, before anything is written). With
@@ -32,21 +32,20 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli.options import (add_out_file_arg, add_shape_arg,
+                                        add_shapes_arg)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('config')
     p.add_argument('checkpoint')
-    p.add_argument('--shape', type=int, nargs=2, required=True,
-                   metavar=('H', 'W'), help='input size of the export')
-    p.add_argument('--out', required=True, help='the .onnx file to write')
+    add_shape_arg(p, 'input size of the export', required=True)
+    add_out_file_arg(p, 'the .onnx file to write', required=True)
     p.add_argument('--dynamic', action='store_true',
                    help='free input height and width (batch stays 1)')
-    p.add_argument('--check-shape', type=int, nargs=2, action='append',
-                   default=[], metavar=('H', 'W'),
-                   help='with --dynamic: another size to check (repeatable; '
-                   'default: 3/4 of H x 5/4 of W in whole patches)')
+    add_shapes_arg(p, 'with --dynamic: other sizes to check (default: 3/4 '
+                   'of H x 5/4 of W in whole patches)', flag='--check-shapes')
     p.add_argument('--opset', type=int, default=None,
                    help='ONNX opset (default: the exporter\'s)')
     p.add_argument('--min-agreement', type=float, default=0.999,
@@ -54,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--check-image', metavar='IMAGE',
                    help='also compare OnnxSegmentor with inference_model '
                    'on this image (logits and argmax)')
-    p.add_argument('--json', help='also write the parity report here')
+    p.add_argument('--json', metavar='FILE',
+                   help='also write the parity report here')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 
@@ -63,12 +63,12 @@ def main(argv=None):
     args = parse_args(argv)
     from mmseg_whitebox.deployment.onnx_export import export_and_check
     report = export_and_check(
-        args.config, args.checkpoint, args.out, args.shape,
+        args.config, args.checkpoint, args.out_file, args.shape,
         dynamic=args.dynamic, opset=args.opset,
-        other_shapes=args.check_shape, cfg_options=args.cfg_options,
+        other_shapes=args.check_shapes, cfg_options=args.cfg_options,
         min_agreement=args.min_agreement, report_file=args.json,
         check_image=args.check_image)
-    print(f'wrote {args.out}')
+    print(f'wrote {args.out_file}')
     return report
 
 

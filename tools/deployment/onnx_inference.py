@@ -1,7 +1,7 @@
 """Overlay the predictions of an exported model, run with onnxruntime.
 
     python tools/deployment/onnx_inference.py MODEL.onnx IMAGE_OR_FOLDER \
-        --out-dir DIR [--provider NAME ...] [--opacity 0.5] [--threads N]
+        --out DIR [--provider NAME ...] [--opacity 0.5] [--threads N]
 
 MODEL.onnx is a graph written by tools/deployment/export_onnx.py (with
 --dynamic for images of any size): its metadata holds the config's test
@@ -18,6 +18,7 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli.options import add_out_arg, add_threads_arg
 from mmseg_whitebox.deployment.onnx_inference import onnx_inference
 
 
@@ -27,25 +28,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='a graph written by export_onnx.py')
     p.add_argument('img', metavar='IMAGE_OR_FOLDER',
                    help='an image file, or a folder of images')
-    p.add_argument('--out-dir', required=True,
-                   help='folder for the overlays (<image name>.png each)')
+    add_out_arg(p, 'folder for the overlays (<image name>.png each)',
+                required=True)
     p.add_argument('--provider', nargs='+', default=None, metavar='NAME',
                    help='onnxruntime execution providers, in order of '
                    'preference (default: CPUExecutionProvider)')
     p.add_argument('--opacity', type=float, default=0.5,
                    help='opacity of the painted prediction, in (0, 1] '
                    '(default 0.5)')
-    p.add_argument('--threads', type=int, default=None,
-                   help="onnxruntime's CPU threads (default: its choice)")
+    add_threads_arg(p, "onnxruntime's CPU threads (default: its choice)")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     images, written = onnx_inference(
-        args.model, args.img, args.out_dir, providers=args.provider,
+        args.model, args.img, args.out, providers=args.provider,
         opacity=args.opacity, threads=args.threads)
-    print(f'\nwrote {len(written)} overlay(s) to {args.out_dir}')
+    print(f'\nwrote {len(written)} overlay(s) to {args.out}')
     return written
 
 

@@ -1,8 +1,8 @@
 """Convert a published Segmenter, DEPICT or CBT checkpoint for this
 project's configs.
 
-    python tools/model_converters/segmenter2mmseg.py SRC DST \
-        [--variant VARIANT_YML] [--config CONFIG] [--out-config FILE] \
+    python tools/model_converters/segmenter2mmseg.py SRC DST [CONFIG] \
+        [--variant VARIANT_YML] [--out-config FILE] \
         [--released-gradients]
 
 SRC: a checkpoint of the Segmenter codebase (``rstrudel/segmenter``) or
@@ -16,7 +16,7 @@ decoder kwargs) are checked against the weights; without one, the sizes
 come from the weights alone.
 
 The decoder is recognised from the keys and the config picked from this
-project's (``--config`` to choose): the Segmenter mask decoder goes to
+project's (CONFIG to choose): the Segmenter mask decoder goes to
 mmseg's ``SegmenterMaskTransformerHead``, the linear one to ``FCNHead``
 (``num_convs=0``), DEPICT to ``MSSAHead`` (``mode='sa'``/``'ca'``), CBT to
 ``CBSAHead``; the encoder always to mmseg's ``VisionTransformer``. What
@@ -57,8 +57,9 @@ def main(argv=None) -> None:
     p.add_argument('src', help='Segmenter/DEPICT/CBT checkpoint.pth')
     p.add_argument('dst', help='where to write the mmseg checkpoint')
     p.add_argument('--variant', help='variant.yml (default: beside SRC)')
-    p.add_argument('--config', help="this project's config to start from "
-                   '(default: picked from the decoder, size and classes)')
+    p.add_argument('config', nargs='?', metavar='CONFIG',
+                   help="this project's config to start from (default: "
+                   'picked from the decoder, size and classes)')
     p.add_argument('--out-config', help='where to write the config for DST '
                    '(default: DST with .py)')
     p.add_argument('--released-gradients', action='store_true',

@@ -1,8 +1,8 @@
 """Convert a timm ViT checkpoint for mmseg's VisionTransformer or this
 project's WhiteBoxViT.
 
-    python tools/model_converters/timm2mmseg.py SRC DST [--to white-box]
-        [--config CONFIG]
+    python tools/model_converters/timm2mmseg.py SRC DST [CONFIG]
+        [--to white-box]
 
 SRC: a timm ``vit_{tiny,small,base,large}_patch16_*`` state dict
 (``.pth``, read weights-only, or ``.safetensors``), or the JAX ``.npz``
@@ -17,7 +17,7 @@ the pretrained query/key/value projections); SRC may then also be an
 mmseg ViT checkpoint (mmseg's converted Segmenter weights). The
 classification head is dropped; a key that cannot be mapped stops the
 conversion, with the list of such keys, and nothing is written; so does,
-with ``--config``, a result that does not fit that config's backbone
+with CONFIG, a result that does not fit that config's backbone
 exactly (the check its pretrained loading makes).
 """
 import argparse
@@ -39,8 +39,9 @@ def main(argv=None) -> None:
     p.add_argument('--to', choices=list(CONVERTERS), default='vit',
                    help="the backbone: mmseg's VisionTransformer (vit, "
                    'default) or WhiteBoxViT (white-box)')
-    p.add_argument('--config', help='the config that will load DST: '
-                   'check that the weights fit its backbone before writing')
+    p.add_argument('config', nargs='?', metavar='CONFIG',
+                   help='the config that will load DST: check that the '
+                   'weights fit its backbone before writing')
     args = p.parse_args(argv)
     # bad input is a ToolError raised where it is found
     print(convert_file(args.src, args.dst, CONVERTERS[args.to], args.config))

@@ -1,8 +1,8 @@
 """Convert a published CBT / CRATE / ToST classification checkpoint for
 this project's WhiteBoxViT.
 
-    python tools/model_converters/whitebox2mmseg.py SRC DST [--layout L]
-        [--config CONFIG]
+    python tools/model_converters/whitebox2mmseg.py SRC DST [CONFIG]
+        [--layout L]
 
 SRC: a state dict of the CBSA repository's ``CBSA_image_classification``
 models (CBT and its CRATE/ToST variants; convolutional stem), of the
@@ -16,7 +16,7 @@ WhiteBoxViT with the matching ``stem_cfg`` (``ConvPatchStem`` /
 ``NormedPatchEmbed``), operators and sizes. The
 classifier is dropped; a key that cannot be mapped stops the conversion,
 with the list of such keys, and nothing is written; so does, with
-``--config``, a result that does not fit that config's backbone exactly
+CONFIG, a result that does not fit that config's backbone exactly
 (the check its pretrained loading makes). The CBSA repository's CRATE and
 ToST variants are MSSA/TSSA + ISTA at CBT's widths, not this project's
 ``crate_*``/``tost_*`` (the CRATE and ToST papers' sizes): their config
@@ -41,8 +41,9 @@ def main(argv=None) -> None:
                    help='cbsa: the CBSA repository (CBT, convolutional '
                    'stem); crate: the CRATE repository; tost: the ToST '
                    'repository; auto: detected')
-    p.add_argument('--config', help='the config that will load DST: '
-                   'check that the weights fit its backbone before writing')
+    p.add_argument('config', nargs='?', metavar='CONFIG',
+                   help='the config that will load DST: check that the '
+                   'weights fit its backbone before writing')
     args = p.parse_args(argv)
     # bad input is a ToolError raised where it is found
     print(convert_file(args.src, args.dst,

@@ -1,5 +1,5 @@
 # The synthetic ADE20K-layout dataset (generate it first:
-#   python tools/dataset_converters/synthetic_ade20k.py data/synthetic
+#   python tools/dataset_converters/synthetic_ade20k.py --data-root data/synthetic
 # ), read by mmseg's own ADE20KDataset, pipeline and IoUMetric: the ADE20K
 # base with another data root, small images (about 96..128 px), 128x128
 # crops, for CPU demos and tests. Loaders, samplers, the evaluator and the

@@ -38,12 +38,12 @@ class CorruptionOptions:
         help='base seed of the per-image corruption seeds'))
     out: Optional[str] = field(default=None, metadata=dict(
         help='results folder (default: work_dirs/corruption_robustness/'
-        '<config name>)'))
+        '<config name>)', metavar='DIR'))
     resume: bool = field(default=False, metadata=dict(
         help='continue the results in --out, skipping finished '
         'evaluations'))
-    name: Optional[str] = field(default=None, metadata=dict(
-        help='plot title label (default: config name)'))
+    title: Optional[str] = field(default=None, metadata=dict(
+        help='plot title (default: config name)'))
     work_dir: Optional[str] = field(default=None, metadata=dict(
         help='folder for the Runner\'s logs (default: --out)'))
     cfg_options: Optional[Dict[str, Any]] = None
@@ -67,8 +67,9 @@ class CorruptionOptions:
                                                '--corruptions')
         self.severities = check_severities(self.severities, '--severities')
 
-    def label(self, config: str) -> str:
-        return self.name or osp.splitext(osp.basename(config))[0]
+    def plot_title(self, config: str) -> str:
+        """The plot's title: ``title``, or the config's file name."""
+        return self.title or osp.splitext(osp.basename(config))[0]
 
     def out_dir(self, config: str) -> str:
         """``out``, or ``work_dirs/corruption_robustness/<config>``."""
@@ -100,7 +101,7 @@ def run_corruption_benchmark(config: str,
     CorruptionStore.check_out_dir(out, options.resume)
     setup = dict(config=config, checkpoint=checkpoint, seed=options.seed,
                  cfg_options=options.cfg_options or {}, metric='mIoU',
-                 name=options.label(config), corruptions=corruptions,
+                 name=options.plot_title(config), corruptions=corruptions,
                  severities=severities)
     store = CorruptionStore(out, setup, resume=options.resume)
     runner = build_corruption_runner(config, checkpoint, options.cfg_options,
@@ -121,7 +122,7 @@ def run_corruption_benchmark(config: str,
 
     def plot() -> None:
         if store.data.get('clean') or store.data['results']:
-            store.plot(options.label(config))
+            store.plot(options.plot_title(config))
 
     try:
         with reported_errors(runner.cfg):

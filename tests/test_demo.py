@@ -8,7 +8,7 @@ import os.path as osp
 import pytest
 
 from mmseg_whitebox.apis.demo import (DemoOptions, format_demo_results,
-                                      run_demo)
+                                      removal_verdict, run_demo)
 from mmseg_whitebox.datasets.synthetic_ade20k import SyntheticADE20KSpec
 from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
@@ -48,6 +48,7 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
 
     table = format_demo_results(summary)
     assert f'{cbsa["mIoU"]:>8.2f}' in table
+    assert removal_verdict('cbsa', robustness, [0.1]) in table
     assert f'overlay (cbsa): {cbsa["inference"]["overlay"]}' in table
 
     # a second call reuses the finished run and sweep
@@ -55,6 +56,39 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
     assert any(line.startswith('[cbsa] reusing finished run')
                for line in lines)
     assert again['models']['cbsa']['robustness'] == robustness
+
+
+def test_demo_keeps_the_encoder_at_its_initialisation_by_default(tmp_path):
+    """The default demo trains with every encoder step zeroed, so the
+    decoders' attention must gather the context; ``train_encoder`` trains
+    it as before, and a run of the other setting is not reused."""
+    from mmengine.config import Config
+    assert DemoOptions().train_encoder is False
+    summary = run_demo(small_demo(tmp_path, sweep=False),
+                       log=lambda line: None)
+    assert summary['frozen_encoder'] is True
+    [dumped] = (tmp_path / 'demo' / 'cbsa').glob('*.py')
+    backbone = Config.fromfile(str(dumped)).optim_wrapper.paramwise_cfg \
+        .custom_keys.backbone
+    assert (backbone.lr_mult, backbone.decay_mult) == (0.0, 0.0)
+    with pytest.raises(InputError, match='holds runs with the encoder '
+                       'frozen; use another --out'):
+        run_demo(small_demo(tmp_path, sweep=False, train_encoder=True),
+                 log=lambda line: None)
+
+
+def test_demo_headline_states_each_attentions_removal_cost():
+    sigmas = [0.01, 0.1, 1.0]
+    used = dict(clean=60.0, ablated=12.5,
+                curve={0.01: 58.0, 0.1: 20.0, 1.0: 3.0})
+    assert removal_verdict('segmenter', used, sigmas) == (
+        'segmenter: removing its decoder attention costs 47.50 mIoU '
+        '(60.00 -> 12.50): it is in use, so its robustness is informative: '
+        'sigma_50 0.0546')
+    unused = dict(clean=85.0, ablated=84.42, curve={0.01: 85.0})
+    assert removal_verdict('cbsa', unused, sigmas) == (
+        'note: removing cbsa\'s decoder attention changes mIoU by -0.58: it '
+        'is unused, so its robustness is not informative')
 
 
 @pytest.mark.parametrize('kwargs, message', [

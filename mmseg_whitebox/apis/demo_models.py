@@ -56,7 +56,8 @@ def schedule_options(iters: Optional[int]) -> Dict[str, Any]:
 
 def freeze_options(freeze: bool) -> Dict[str, Any]:
     """Options giving every encoder parameter learning rate and weight
-    decay 0 (``--freeze-encoder``)."""
+    decay 0: the demo's default (``--train-encoder`` turns it off), so
+    that the decoder's attention has to gather the context."""
     if not freeze:
         return {}
     key = 'optim_wrapper.paramwise_cfg.custom_keys.backbone'

@@ -59,7 +59,7 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
 
 
 def test_demo_keeps_the_encoder_at_its_initialisation_by_default(tmp_path):
-    """The default demo trains with every encoder step zeroed, so the
+    """The default demo trains with the encoder frozen (its hook), so the
     decoders' attention must gather the context; ``train_encoder`` trains
     it as before, and a run of the other setting is not reused."""
     from mmengine.config import Config
@@ -68,13 +68,53 @@ def test_demo_keeps_the_encoder_at_its_initialisation_by_default(tmp_path):
                        log=lambda line: None)
     assert summary['frozen_encoder'] is True
     [dumped] = (tmp_path / 'demo' / 'cbsa').glob('*.py')
-    backbone = Config.fromfile(str(dumped)).optim_wrapper.paramwise_cfg \
-        .custom_keys.backbone
-    assert (backbone.lr_mult, backbone.decay_mult) == (0.0, 0.0)
+    hooks = [h['type'] for h in Config.fromfile(str(dumped)).custom_hooks]
+    assert 'FreezeBackboneHook' in hooks
+    [log] = (tmp_path / 'demo' / 'cbsa').glob('*/*.log')
+    assert 'encoder parameters frozen at their initialisation' in \
+        log.read_text()
     with pytest.raises(InputError, match='holds runs with the encoder '
                        'frozen; use another --out'):
         run_demo(small_demo(tmp_path, sweep=False, train_encoder=True),
                  log=lambda line: None)
+
+
+@pytest.mark.parametrize('name', ['cbsa', 'cbt'])
+def test_freeze_backbone_keeps_every_encoder_weight_through_adamw_steps(name):
+    """A 0 learning rate would not do it (PolyLR lifts it towards eta_min):
+    with the hook's frozen gradients, AdamW steps under the demo schedule
+    leave every encoder weight bitwise as initialised, and move the
+    decoder's."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from _helpers import REPO
+    from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+    from mmseg_whitebox.engine.hooks import freeze_backbone
+    cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS[name]))
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    assert freeze_backbone(model) > 0
+    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    for group in wrapper.optimizer.param_groups:
+        group['lr'] = 1e-3  # what no schedule gives a frozen encoder
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for _ in range(2):
+        image = torch.randn(2, 3, 64, 64)
+        logits = model(image, mode='tensor')
+        wrapper.update_params(logits.square().mean())
+    for n, p in model.named_parameters():
+        if n.startswith('backbone.'):
+            assert torch.equal(p, before[n]), n
+            assert not p.requires_grad
+    assert any(not torch.equal(p, before[n])
+               for n, p in model.named_parameters()
+               if n.startswith('decode_head.'))
 
 
 def test_demo_headline_states_each_attentions_removal_cost():

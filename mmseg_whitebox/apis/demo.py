@@ -46,10 +46,10 @@ from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .demo_models import (DEFAULT_MODELS, DEMO_MODELS, data_options,
-                          freeze_options, schedule_options)
+                          schedule_options)
 from .evaluation import evaluate_checkpoint
 from .model_index import config_path
-from .runner_config import runner_config
+from .runner_config import ensure_custom_hook, runner_config
 from .training import train_model
 
 Log = Callable[[str], None]
@@ -203,8 +203,9 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
     data = options.run_options(data_root)
     work_dir = osp.join(options.out, name)
     train_cfg = runner_config(
-        path, {**schedule_options(options.iters),
-               **freeze_options(not options.train_encoder), **data}, work_dir)
+        path, {**schedule_options(options.iters), **data}, work_dir)
+    if not options.train_encoder:
+        ensure_custom_hook(train_cfg, 'FreezeBackboneHook')
     log(f'== 2. train {name}: {config}')
     ckpt = final_checkpoint(work_dir)
     max_iters = train_cfg.train_cfg.max_iters
@@ -297,9 +298,9 @@ def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
 
 def _plot_sweeps(names: Sequence[str], options: DemoOptions) -> str:
     from mmseg_whitebox.robustness.plotting import plot_folders
-    encoder = ('trained encoder' if options.train_encoder else
-               'encoder frozen at random init')
-    title = (f'mIoU vs decoder-attention noise: {", ".join(names)} '
+    encoder = ('encoder trained' if options.train_encoder else
+               'encoder frozen at its random initialisation')
+    title = (f'mIoU under decoder-attention noise: {" vs ".join(names)}\n'
              f'({encoder}; synthetic context data)')
     return plot_folders([options.sweep_dir(n) for n in names],
                         osp.join(options.out, 'robustness.png'), title=title)

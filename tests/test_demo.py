@@ -8,7 +8,7 @@ import os.path as osp
 import pytest
 
 from mmseg_whitebox.apis.demo import (DemoOptions, format_demo_results,
-                                      run_demo)
+                                      removal_verdict, run_demo)
 from mmseg_whitebox.datasets.synthetic_ade20k import SyntheticADE20KSpec
 from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
@@ -48,6 +48,7 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
 
     table = format_demo_results(summary)
     assert f'{cbsa["mIoU"]:>8.2f}' in table
+    assert removal_verdict('cbsa', robustness, [0.1]) in table
     assert f'overlay (cbsa): {cbsa["inference"]["overlay"]}' in table
 
     # a second call reuses the finished run and sweep
@@ -55,6 +56,79 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
     assert any(line.startswith('[cbsa] reusing finished run')
                for line in lines)
     assert again['models']['cbsa']['robustness'] == robustness
+
+
+def test_demo_keeps_the_encoder_at_its_initialisation_by_default(tmp_path):
+    """The default demo trains with the encoder frozen (its hook), so the
+    decoders' attention must gather the context; ``train_encoder`` trains
+    it as before, and a run of the other setting is not reused."""
+    from mmengine.config import Config
+    assert DemoOptions().train_encoder is False
+    summary = run_demo(small_demo(tmp_path, sweep=False),
+                       log=lambda line: None)
+    assert summary['frozen_encoder'] is True
+    [dumped] = (tmp_path / 'demo' / 'cbsa').glob('*.py')
+    hooks = [h['type'] for h in Config.fromfile(str(dumped)).custom_hooks]
+    assert 'FreezeBackboneHook' in hooks
+    [log] = (tmp_path / 'demo' / 'cbsa').glob('*/*.log')
+    assert 'encoder parameters frozen at their initialisation' in \
+        log.read_text()
+    with pytest.raises(InputError, match='holds runs with the encoder '
+                       'frozen; use another --out'):
+        run_demo(small_demo(tmp_path, sweep=False, train_encoder=True),
+                 log=lambda line: None)
+
+
+@pytest.mark.parametrize('name', ['cbsa', 'cbt'])
+def test_freeze_backbone_keeps_every_encoder_weight_through_adamw_steps(name):
+    """A 0 learning rate would not do it (PolyLR lifts it towards eta_min):
+    with the hook's frozen gradients, AdamW steps under the demo schedule
+    leave every encoder weight bitwise as initialised, and move the
+    decoder's."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from _helpers import REPO
+    from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+    from mmseg_whitebox.engine.hooks import freeze_backbone
+    cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS[name]))
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    assert freeze_backbone(model) > 0
+    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    for group in wrapper.optimizer.param_groups:
+        group['lr'] = 1e-3  # what no schedule gives a frozen encoder
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for _ in range(2):
+        image = torch.randn(2, 3, 64, 64)
+        logits = model(image, mode='tensor')
+        wrapper.update_params(logits.square().mean())
+    for n, p in model.named_parameters():
+        if n.startswith('backbone.'):
+            assert torch.equal(p, before[n]), n
+            assert not p.requires_grad
+    assert any(not torch.equal(p, before[n])
+               for n, p in model.named_parameters()
+               if n.startswith('decode_head.'))
+
+
+def test_demo_headline_states_each_attentions_removal_cost():
+    sigmas = [0.01, 0.1, 1.0]
+    used = dict(clean=60.0, ablated=12.5,
+                curve={0.01: 58.0, 0.1: 20.0, 1.0: 3.0})
+    assert removal_verdict('segmenter', used, sigmas) == (
+        'segmenter: removing its decoder attention costs 47.50 mIoU '
+        '(60.00 -> 12.50): it is in use, so its robustness is informative: '
+        'sigma_50 0.0546')
+    unused = dict(clean=85.0, ablated=84.42, curve={0.01: 85.0})
+    assert removal_verdict('cbsa', unused, sigmas) == (
+        'note: removing cbsa\'s decoder attention changes mIoU by -0.58: it '
+        'is unused, so its robustness is not informative')
 
 
 @pytest.mark.parametrize('kwargs, message', [

@@ -178,37 +178,6 @@ def test_mmsegs_own_train_tool_uses_the_configs(tiny_ade, tmp_path):
     torch.load(tmp_path / 'run' / 'iter_2.pth', weights_only=True)
 
 
-def test_demo_freeze_encoder_zeroes_every_encoder_step():
-    """``demo.py --freeze-encoder``: the optimiser built from the config
-    with its options gives every backbone parameter lr 0 and decay 0, and
-    leaves the decoder's as configured."""
-    from mmengine.config import Config
-    from mmengine.optim import build_optim_wrapper
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-
-    from mmseg_whitebox.apis.demo_models import DEMO_MODELS, freeze_options
-    assert freeze_options(False) == {}
-    cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS['cbsa']))
-    cfg.merge_from_dict(freeze_options(True))
-    init_default_scope('mmseg')
-    model = MODELS.build(cfg.model)
-    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
-    base_lr = cfg.optim_wrapper.optimizer.lr
-    names = {id(p): n for n, p in model.named_parameters()}
-    seen = set()
-    for group in wrapper.optimizer.param_groups:
-        for param in group['params']:
-            name = names[id(param)]
-            seen.add(name)
-            if name.startswith('backbone.'):
-                assert group['lr'] == 0.0 and group['weight_decay'] == 0.0
-            else:
-                assert group['lr'] == base_lr, name
-    assert any(n.startswith('backbone.') for n in seen)
-    assert any(n.startswith('decode_head.') for n in seen)
-
-
 def test_interrupted_tools_keep_what_is_done_and_say_how_to_resume(capsys):
     """Ctrl-C in a sweep or corruption run (``resumable``): what is done is
     plotted, one line says where it is and how to continue, exit 130."""

@@ -20,13 +20,17 @@ tools:
    ``tools/noise_robustness.py`` does (clean, attention-removed and noisy
    mIoU, attention usage) and overlays the sweeps in one plot.
 
-With ``freeze_encoder`` the encoder keeps its random initialisation, so
-whatever context the task needs has to be gathered by the decoder's
-attention: a setting in which a robustness claim about that attention is
-informative. :func:`format_demo_results` is the table the tool prints.
+The encoder keeps its random initialisation (unless ``train_encoder``),
+so whatever context the task needs has to be gathered by the decoder's
+attention: every compared attention is in use (removing it costs mIoU), a
+setting in which a robustness claim about that attention is informative.
+With the encoder trained, the encoder solves the context and the CBSA
+heads' attention goes unused. :func:`format_demo_results` is the table the
+tool prints, headed by what removing each attention costs.
 """
 from __future__ import annotations
 
+import json
 import os
 import os.path as osp
 import time
@@ -39,13 +43,14 @@ from mmseg_whitebox.datasets.synthetic_ade20k import (SyntheticADE20KSpec,
                                                       load_meta, sample_name)
 from mmseg_whitebox.engine.hooks import LAST_CHECKPOINT
 from mmseg_whitebox.engine.model_index import config_path
-from mmseg_whitebox.engine.runner_config import runner_config
+from mmseg_whitebox.engine.runner_config import (ensure_custom_hook,
+                                                 runner_config)
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .demo_models import (DEFAULT_MODELS, DEMO_MODELS, data_options,
-                          freeze_options, schedule_options)
+                          schedule_options)
 from .evaluation import evaluate_checkpoint
 from .training import train_model
 
@@ -88,10 +93,11 @@ class DemoOptions:
         help='noise draws per sigma in the sweeps (default 2)'))
     sweep: bool = field(default=True, metadata=dict(
         help='skip the robustness sweeps'))
-    freeze_encoder: bool = field(default=False, metadata=dict(
-        help='keep the (randomly initialised) encoder fixed, so that any use '
-        'of context must come from the decoder\'s attention; use another '
-        '--out'))
+    train_encoder: bool = field(default=False, metadata=dict(
+        help='train the encoder too (by default it keeps its random '
+        'initialisation, so that the context the task needs must be gathered '
+        'by the decoder\'s attention); the encoder then solves the task and '
+        'the CBSA heads\' attention goes unused; use another --out'))
     retrain: bool = field(default=False, metadata=dict(
         help='train (and sweep) again even if finished runs exist'))
     dataset: SyntheticADE20KSpec = field(default_factory=_context_data)
@@ -146,6 +152,7 @@ def run_demo(options: Optional[DemoOptions] = None,
     options = options or DemoOptions()
     start = time.time()
     check_writable_folder(options.data_root, '--data-root')
+    _check_same_encoder_setting(options)
     with lock_folder(options.out, '--out'):  # one demo writes there at a time
         log('== 1. synthetic ADE20K-layout data '
             f'({options.dataset.variant} variant)')
@@ -159,7 +166,7 @@ def run_demo(options: Optional[DemoOptions] = None,
             f'{chance:.2f}')
         summary: Dict[str, Any] = dict(
             data_root=data_root, chance_miou=chance,
-            frozen_encoder=options.freeze_encoder, models={})
+            frozen_encoder=not options.train_encoder, models={})
         for name in options.models:
             summary['models'][name] = _train_and_test(
                 name, options, data_root, log)
@@ -177,6 +184,22 @@ def run_demo(options: Optional[DemoOptions] = None,
         return summary
 
 
+def _check_same_encoder_setting(options: DemoOptions) -> None:
+    """Refuse to reuse ``--out``'s finished runs if they were trained with
+    the other encoder setting (their figures would be reported as this
+    one's)."""
+    previous = osp.join(options.out, SUMMARY)
+    if options.retrain or not osp.isfile(previous):
+        return
+    with open(previous) as f:
+        frozen = json.load(f).get('frozen_encoder', False)
+    if frozen == options.train_encoder:
+        was = 'frozen' if frozen else 'trained'
+        raise InputError(
+            f'--out {options.out} holds runs with the encoder {was}; use '
+            'another --out (or --retrain to replace them)')
+
+
 def _train_and_test(name: str, options: DemoOptions, data_root: str,
                     log: Log) -> Dict[str, Any]:
     """Steps 2 to 4 for one demo model."""
@@ -186,8 +209,9 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
     data = options.run_options(data_root)
     work_dir = osp.join(options.out, name)
     train_cfg = runner_config(
-        path, {**schedule_options(options.iters),
-               **freeze_options(options.freeze_encoder), **data}, work_dir)
+        path, {**schedule_options(options.iters), **data}, work_dir)
+    if not options.train_encoder:
+        ensure_custom_hook(train_cfg, 'FreezeBackboneHook')
     log(f'== 2. train {name}: {config}')
     ckpt = final_checkpoint(work_dir)
     max_iters = train_cfg.train_cfg.max_iters
@@ -281,19 +305,42 @@ def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
 
 def _plot_sweeps(names: Sequence[str], options: DemoOptions) -> str:
     from mmseg_whitebox.robustness.plotting import plot_folders
-    title = 'Decoder-attention noise, synthetic context data'
-    if options.freeze_encoder:
-        title += ', frozen encoder'
+    encoder = ('encoder trained' if options.train_encoder else
+               'encoder frozen at its random initialisation')
+    title = (f'mIoU under decoder-attention noise: {" vs ".join(names)}\n'
+             f'({encoder}; synthetic context data)')
     return plot_folders([options.sweep_dir(n) for n in names],
                         osp.join(options.out, 'robustness.png'), title=title)
 
 
+def removal_verdict(name: str, robustness: Dict[str, Any],
+                    sigmas: Sequence[float]) -> str:
+    """One model's headline: the mIoU its decoder attention's removal
+    costs, and whether that attention is in use (then its sigma_50, the
+    noise that halves the clean mIoU, is informative) or unused (then its
+    robustness says nothing)."""
+    from mmseg_whitebox.robustness import attention_unused
+    from mmseg_whitebox.robustness.summary import (fmt_sigma50,
+                                                   sigma_at_fraction)
+    clean, removed = robustness['clean'], robustness['ablated']
+    if attention_unused(clean, removed):
+        return (f'note: removing {name}\'s decoder attention changes mIoU by '
+                f'{removed - clean:+.2f}: it is unused, so its robustness is '
+                'not informative')
+    curve = [robustness['curve'].get(s, float('nan')) for s in sigmas]
+    sigma_50 = fmt_sigma50(sigma_at_fraction(sigmas, curve, clean),
+                           min(sigmas), max(sigmas))
+    return (f'{name}: removing its decoder attention costs '
+            f'{clean - removed:.2f} mIoU ({clean:.2f} -> {removed:.2f}): it '
+            f'is in use, so its robustness is informative: sigma_50 '
+            f'{sigma_50}')
+
+
 def format_demo_results(summary: Dict[str, Any]) -> str:
     """The tables the tool prints: each model's decoder size and metrics,
-    its mIoU under noise with the clean and attention-removed references
-    (and a note where removing the attention changes nothing), and where
-    the plot and overlays are."""
-    from mmseg_whitebox.robustness import attention_unused
+    its mIoU under noise with the clean and attention-removed references,
+    then per model what removing its attention costs (:func:`removal_verdict`),
+    and where the plot and overlays are."""
     lines = ['', '== results on the synthetic validation set '
              f'(chance mIoU {summary["chance_miou"]:.2f})',
              f'{"model":<16}{"decoder params":>16}{"GFLOPs@512":>12}'
@@ -316,12 +363,9 @@ def format_demo_results(summary: Dict[str, Any]) -> str:
                 f'{name:<16}{r["clean"]:>7.2f}{r["ablated"]:>9.2f}' +
                 ''.join(f'{r["curve"].get(s, float("nan")):>8.2f}'
                         for s in sigmas) + f'   {usage}')
-        for name, r in swept.items():
-            if attention_unused(r['clean'], r['ablated']):
-                lines.append(
-                    f'note: removing {name}\'s decoder attention changes '
-                    f'mIoU by {r["ablated"] - r["clean"]:+.2f}: it is '
-                    'unused, so its robustness is not informative')
+        lines += ['', 'what removing each decoder attention costs:']
+        lines += [removal_verdict(name, r, sigmas)
+                  for name, r in swept.items()]
         lines.append(f'plot: {summary["robustness_plot"]}')
     for name, r in summary['models'].items():
         lines.append(f'overlay ({name}): {r["inference"]["overlay"]}')

@@ -54,15 +54,6 @@ def schedule_options(iters: Optional[int]) -> Dict[str, Any]:
             'default_hooks.checkpoint.interval': iters}
 
 
-def freeze_options(freeze: bool) -> Dict[str, Any]:
-    """Options giving every encoder parameter learning rate and weight
-    decay 0 (``--freeze-encoder``)."""
-    if not freeze:
-        return {}
-    key = 'optim_wrapper.paramwise_cfg.custom_keys.backbone'
-    return {f'{key}.lr_mult': 0.0, f'{key}.decay_mult': 0.0}
-
-
 def command_line(options: Dict[str, Any]) -> List[str]:
     """``options`` as the words after a tool's ``--cfg-options``."""
     return [f'{key}={value}' for key, value in options.items()]

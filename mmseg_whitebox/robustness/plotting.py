@@ -156,7 +156,12 @@ def robustness_figure(runs: Sequence[Tuple[str, Results]],
                 drawn.add(key)
                 value = abl['metrics']['mIoU']
                 unused = clean is not None and attention_unused(clean, value)
-                suffix = ' - attention unused' if unused else ''
+                suffix = ''
+                if unused:
+                    suffix = ' - attention unused'
+                elif clean is not None:
+                    suffix = (' - attention in use (removal costs '
+                              f'{clean - value:.1f})')
                 ax.axhline(value, color=color, linestyle=':', linewidth=1.5,
                            label=f'{name}: attention removed {value:.1f}'
                            f'{suffix}')

@@ -1,5 +1,6 @@
 from .atomic_checkpoint_hook import LAST_CHECKPOINT, AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
+from .freeze_backbone_hook import FreezeBackboneHook, freeze_backbone
 from .main_process_logger_hook import MainProcessLoggerHook
 from .non_finite_counter import NonFiniteCounter, count_nonfinite
 from .release_workers_hook import (ReleaseDataloaderWorkersHook,
@@ -9,8 +10,9 @@ from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
 __all__ = [
     'LAST_CHECKPOINT', 'AtomicCheckpointHook', 'CheckpointCheckHook',
+    'FreezeBackboneHook',
     'MainProcessLoggerHook', 'NonFiniteCounter',
     'RNGStateCheckpointHook', 'ReleaseDataloaderWorkersHook',
     'ResumeCheckHook', 'WeightsOnlyCheckpointHook', 'count_nonfinite',
-    'release_dataloader_workers'
+    'release_dataloader_workers', 'freeze_backbone'
 ]

@@ -151,6 +151,7 @@ def run_demo(options: Optional[DemoOptions] = None,
     sweep (clean, removed, usage per layer, mIoU per sigma)."""
     options = options or DemoOptions()
     start = time.time()
+    check_writable_folder(options.out, '--out')
     check_writable_folder(options.data_root, '--data-root')
     _check_same_encoder_setting(options)
     with lock_folder(options.out, '--out'):  # one demo writes there at a time

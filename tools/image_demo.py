@@ -14,7 +14,8 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.image_demo import image_demo
-from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli import (add_cfg_options_arg, add_device_arg,
+                                run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -26,8 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--out-file', help='overlay file (a single image)')
     p.add_argument('--out-dir', help='folder for the overlays '
                    '(<image name>.png each)')
-    p.add_argument('--device', default=None,
-                   help='e.g. cpu or cuda:0 (default: cuda:0 if available)')
+    add_device_arg(p, None, 'e.g. cpu or cuda:0 (default: cuda:0 if '
+                   'available)')
     p.add_argument('--opacity', type=float, default=0.5,
                    help='opacity of the painted prediction, in (0, 1] '
                    '(default 0.5)')

@@ -17,10 +17,10 @@ import os.path as osp
 from typing import List, Optional, Sequence, Tuple
 
 from mmseg_whitebox.apis.model_index import read_config
-from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.utils.atomic import atomic_path, check_not_input
-from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
-from mmseg_whitebox.utils.input_checks import (check_checkpoint, check_device,
+from mmseg_whitebox.utils.checkpoint_checks import (check_checkpoint,
+                                                    init_model)
+from mmseg_whitebox.utils.input_checks import (check_device,
                                                check_image_file,
                                                check_output_file,
                                                check_writable_folder)
@@ -167,12 +167,8 @@ def image_demo(source: str, config: str, checkpoint: str,
                         'initialised model mean nothing')
     check_checkpoint(checkpoint)
     cfg = read_config(config, cfg_options)
-    try:
-        # mmseg's init_model, refusing a checkpoint that does not fit
-        model = init_model(cfg, checkpoint,
-                           device=device or default_device())
-    except (CheckpointError, UnsafeCheckpointError) as exc:
-        raise ToolError(str(exc)) from exc
+    # mmseg's init_model, refusing a checkpoint that does not fit
+    model = init_model(cfg, checkpoint, device=device or default_device())
     written = overlay_images(model, images, outputs, opacity=opacity,
                              title=title, with_labels=with_labels,
                              progress=progress)

@@ -1,6 +1,6 @@
 """The options the tools share, declared once: mmseg's ``--work-dir``,
-``--cfg-options``, ``--launcher`` and the checkpoint checks' ``--allow-*``
-flags, the parser every tool builds from its docstring, and the flags of
+``--cfg-options``, ``--launcher``, ``--device`` (checked against this
+machine as it is parsed) and the checkpoint checks' ``--allow-*`` flags, the parser every tool builds from its docstring, and the flags of
 a package function's options dataclass (:func:`add_dataclass_args`), so
 that an option is declared in one place: its field."""
 from __future__ import annotations
@@ -12,6 +12,9 @@ import typing
 from typing import Any, Iterable, Optional, Tuple, Type, TypeVar
 
 from mmengine.config import DictAction
+
+from mmseg_whitebox.utils.input_checks import check_device
+from mmseg_whitebox.utils.tool_error import ToolError
 
 
 class CfgOptionsAction(DictAction):
@@ -30,6 +33,31 @@ class CfgOptionsAction(DictAction):
                     'model.decode_head.num_classes=19 (lists as '
                     'key="[a,b]", no spaces around =)')
         super().__call__(parser, namespace, values, option_string)
+
+
+class DeviceAction(argparse.Action):
+    """``--device``: a device this machine has
+    (:func:`~mmseg_whitebox.utils.input_checks.check_device`), refused as
+    an argparse error when it is given; a tool's default is its own
+    (e.g. ``cuda`` for a GPU report, checked where the tool needs it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser,
+                 namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        try:
+            check_device(values)
+        except ToolError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from exc
+        setattr(namespace, self.dest, values)
+
+
+def add_device_arg(parser: argparse.ArgumentParser,
+                   default: Optional[str] = None,
+                   help: str = 'cpu, cuda or cuda:N') -> None:
+    """The ``--device`` option of every tool that has one
+    (:class:`DeviceAction`)."""
+    parser.add_argument('--device', default=default, action=DeviceAction,
+                        help=help)
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:

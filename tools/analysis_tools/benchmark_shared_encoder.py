@@ -26,7 +26,7 @@ import os.path as osp
 import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli import add_device_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.tool_error import ToolError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -50,8 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--target', default='decoder-attention')
     p.add_argument('--threads', type=int,
                    help='torch intra-op threads (default: torch\'s)')
-    p.add_argument('--device', default='cpu',
-                   help='where the model runs (default cpu)')
+    add_device_arg(p, 'cpu', 'where the model runs (default cpu)')
     p.add_argument('--data-dir',
                    help='where the synthetic images go (default: a '
                    'temporary folder)')

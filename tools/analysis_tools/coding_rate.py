@@ -19,7 +19,8 @@ import os.path as osp
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.coding_rate_report import coding_rate_report
 from mmseg_whitebox.apis.model_index import read_config
-from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
+from mmseg_whitebox.cli import (add_cfg_options_arg, add_device_arg,
+                                run_tool, tool_parser)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='images to draw CBSA extraction maps for (0: none)')
     p.add_argument('--out', help='output folder (default: work_dirs/'
                    'coding_rate/<config name>)')
-    p.add_argument('--device', default='cpu')
+    add_device_arg(p, 'cpu', 'where the model runs (default cpu)')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 

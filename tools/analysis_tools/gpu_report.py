@@ -19,7 +19,7 @@ path: its figures mean nothing). See docs/benchmarks.md ("GPU report").
 import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.cli import run_tool, tool_parser
+from mmseg_whitebox.cli import add_device_arg, run_tool, tool_parser
 from mmseg_whitebox.utils.tool_error import ToolError
 
 
@@ -27,8 +27,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('--out', required=True,
                    help='folder for gpu_report.md and the JSONs')
-    p.add_argument('--device', default='cuda',
-                   help='cuda or cuda:N (default: cuda)')
+    add_device_arg(p, 'cuda', 'cuda or cuda:N (default: cuda)')
     p.add_argument('--dry-run', action='store_true',
                    help='the same sequence on the CPU at tiny sizes')
     return p.parse_args(argv)

@@ -158,8 +158,8 @@ def test_debug_shows_the_traceback(image, weights, tmp_path, monkeypatch):
         assert 'Traceback' in proc.stderr and "does not take the setting " \
             "'num_clases'" in proc.stderr
         last = proc.stderr.strip().splitlines()[-1]
-        assert last.startswith(
-            'image_demo.py: error: SegmenterMaskTransformerHead')
+        assert last.startswith('image_demo.py: error: model.decode_head: '
+                               'SegmenterMaskTransformerHead')
         assert '--debug' not in last  # no hint: the traceback is there
 
 

@@ -183,4 +183,4 @@ def test_every_module_has_its_package_layer():
         assert layer(module) in LAYERS.values()
     assert layer(f'{PACKAGE}.converters.state_dicts') == \
         LAYERS[f'{PACKAGE}.converters']
-    assert layer(f'{PACKAGE}.apis.run_checks') < layer(f'{PACKAGE}.cli')
+    assert layer(f'{PACKAGE}.engine.config_checks') < layer(f'{PACKAGE}.cli')

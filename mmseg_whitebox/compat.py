@@ -89,6 +89,8 @@ from typing import Any, Callable, Dict
 
 import torch
 
+from mmseg_whitebox.utils.tool_error import InputError
+
 # The compiled ops mmsegmentation 1.2.2 imports from ``mmcv.ops`` at
 # module level (everything else mmseg, mmengine and mmcv's cnn bricks take
 # from it is imported inside functions that first check for a compiled
@@ -288,8 +290,10 @@ def patch_mmcv_ops() -> bool:
     return True
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """A checkpoint needs full unpickling, which is refused on load."""
+class UnsafeCheckpointError(InputError, pickle.UnpicklingError):
+    """A checkpoint needs full unpickling, which is refused on load: the
+    user's file (an :class:`InputError`, one line from a tool), and an
+    ``UnpicklingError`` to torch's callers."""
 
 
 def torch_load_weights_only(file: Any, map_location: Any = None) -> Any:

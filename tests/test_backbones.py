@@ -141,8 +141,7 @@ def test_pretrained_weights_load_strictly(tmp_path):
     """mmseg's ViT loads pretrained weights with strict=False and only
     prints what did not fit; here a checkpoint of another architecture is
     an error naming the keys and the converters, unless asked for."""
-    from mmseg_whitebox.utils.checkpoint_checks import \
-        CheckpointMismatchError
+    from mmseg_whitebox.utils.tool_error import InputError
     source = build('cbt')
     with torch.no_grad():
         for param in source.parameters():
@@ -156,7 +155,7 @@ def test_pretrained_weights_load_strictly(tmp_path):
     with torch.no_grad():
         other.pos_embed.add_(1)
     torch.save(other.state_dict(), tmp_path / 'tost.pth')
-    with pytest.raises(CheckpointMismatchError) as err:
+    with pytest.raises(InputError) as err:
         pretrained('cbt', tmp_path / 'tost.pth')
     for text in ('tost.pth', 'layers.0.attn.eta', 'layers.0.ffn',
                  'whitebox2mmseg.py', 'init_cfg.allow_partial=True'):

@@ -17,21 +17,19 @@ from mmengine.registry import init_default_scope
 from PIL import Image
 
 from mmseg_whitebox.apis.demo_models import command_line, data_options
-from mmseg_whitebox.apis.run_checks import (check_param_schedulers,
-                                            check_tta, num_classes_problem)
-from mmseg_whitebox.datasets.checks import (DatasetCheckError,
-                                            checked_seg_dataset)
+from mmseg_whitebox.datasets.checks import checked_seg_dataset
+from mmseg_whitebox.engine.config_checks import (check_data_roots,
+                                                 check_param_schedulers,
+                                                 check_tta,
+                                                 download_error_message,
+                                                 num_classes_problem,
+                                                 reported_errors)
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
-from mmseg_whitebox.utils.checkpoint_checks import (CheckpointFileError,
-                                                    CheckpointMismatchError,
-                                                    NonFiniteWeightsError,
-                                                    check_state_dict,
+from mmseg_whitebox.utils.checkpoint_checks import (check_state_dict,
                                                     init_model,
                                                     load_checkpoint)
-from mmseg_whitebox.utils.input_checks import (check_work_dir,
-                                               download_error_message,
-                                               reported_errors)
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.input_checks import check_writable_folder
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 from _helpers import DEMO_SEGMENTER, REPO, run_tool
 
@@ -120,7 +118,7 @@ def test_empty_split(tmp_path):
     root = str(tmp_path / 'ADEChallengeData2016')
     os.makedirs(osp.join(root, 'images', 'training'))
     os.makedirs(osp.join(root, 'annotations', 'training'))
-    with raises_naming(DatasetCheckError, 'empty dataset split',
+    with raises_naming(InputError, 'empty dataset split',
                        'images/training', 'data_root'):
         build(root)
 
@@ -128,28 +126,28 @@ def test_empty_split(tmp_path):
 def test_missing_image_folder(tmp_path):
     root = str(tmp_path / 'ADEChallengeData2016')
     os.makedirs(root)
-    with raises_naming(DatasetCheckError, 'images/training',
+    with raises_naming(InputError, 'images/training',
                        'does not exist', 'data_prefix'):
         build(root)
 
 
 def test_image_without_label(ade):
     img, label = write_pair(ade, 'ADE_train_00000007', label=False)
-    with raises_naming(DatasetCheckError, 'have no label', img, label,
+    with raises_naming(InputError, 'have no label', img, label,
                        'Add the missing label'):
         build(ade)
 
 
 def test_label_without_image(ade):
     _, label = write_pair(ade, 'ADE_train_00000009', image=False)
-    with raises_naming(DatasetCheckError, 'have no image',
+    with raises_naming(InputError, 'have no image',
                        'ADE_train_00000009.png', 'remove the stray'):
         build(ade)
 
 
 def test_missing_label_folder(ade):
     shutil.rmtree(osp.join(ade, 'annotations'))
-    with raises_naming(DatasetCheckError, 'label folder',
+    with raises_naming(InputError, 'label folder',
                        'annotations/training', 'seg_map_path'):
         build(ade)
 
@@ -167,7 +165,7 @@ def pascal_like(tmp_path, names):
 
 def test_empty_split_file(tmp_path):
     root = pascal_like(tmp_path, [])
-    with raises_naming(DatasetCheckError, 'empty dataset split',
+    with raises_naming(InputError, 'empty dataset split',
                        'train.txt', 'lists no samples'):
         build(root, base=PASCAL_BASE)
 
@@ -176,7 +174,7 @@ def test_split_file_lists_a_missing_image(tmp_path):
     root = pascal_like(tmp_path, ['2008_000001'])
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(
         osp.join(root, 'SegmentationClassContext', '2008_000001.png'))
-    with raises_naming(DatasetCheckError, 'train.txt', "'2008_000001.jpg'",
+    with raises_naming(InputError, 'train.txt', "'2008_000001.jpg'",
                        'do not exist'):
         build(root, base=PASCAL_BASE)
 
@@ -188,7 +186,7 @@ def test_label_of_another_size(ade, loader):
     img, label = write_pair(ade, 'ADE_train_00000000', size=(12, 16))
     Image.fromarray(np.ones((10, 16), np.uint8)).save(label)
     ds = build(ade, loader)
-    with raises_naming(DatasetCheckError, label, img, '10x16', '12x16',
+    with raises_naming(InputError, label, img, '10x16', '12x16',
                        're-export'):
         ds[0]
 
@@ -196,7 +194,7 @@ def test_label_of_another_size(ade, loader):
 def test_rgb_label(ade):
     _, label = write_pair(ade, 'ADE_train_00000000',
                           label=np.ones((12, 16, 3), np.uint8))
-    with raises_naming(DatasetCheckError, label, '3 channels',
+    with raises_naming(InputError, label, '3 channels',
                        'single-channel', 'class indices'):
         build(ade)[0]
 
@@ -205,7 +203,7 @@ def test_label_value_above_num_classes(ade):
     label = np.ones((12, 16), np.uint8)
     label[3, 3] = 200  # class 199 after reduce_zero_label
     _, path = write_pair(ade, 'ADE_train_00000001', label=label)
-    with raises_naming(DatasetCheckError, path, '[199]', 'file values 200',
+    with raises_naming(InputError, path, '[199]', 'file values 200',
                        '150 classes', 'ignore index 255'):
         build(ade)[1]
 
@@ -220,7 +218,7 @@ def test_label_value_out_of_range_without_zero_reduction(tmp_path):
                 dict(type='LoadAnnotations', reduce_zero_label=False),
                 dict(type='CheckSegSample'), dict(type='PackSegInputs')]
     ds = build(root, pipeline=pipeline, reduce_zero_label=False)
-    with raises_naming(DatasetCheckError, path, '[151]', '0..149'):
+    with raises_naming(InputError, path, '[151]', '0..149'):
         ds[0]
 
 
@@ -230,7 +228,7 @@ def test_out_of_range_label_in_the_tta_pipeline(ade):
     label[0, 0] = 180
     _, path = write_pair(ade, 'ADE_train_00000000', label=label)
     ds = build(ade, 'test_dataloader', pipeline=cfg.tta_pipeline)
-    with raises_naming(DatasetCheckError, path, '[179]'):
+    with raises_naming(InputError, path, '[179]'):
         ds[0]
 
 
@@ -241,7 +239,7 @@ def test_unreadable_label(ade, damage):
     with open(label, 'wb') as f:
         f.write({'truncated': data[:len(data) // 2], 'empty': b'',
                  'text': b'not a png\n'}[damage])
-    with raises_naming(DatasetCheckError, 'cannot read label', label,
+    with raises_naming(InputError, 'cannot read label', label,
                        'Replace it'):
         build(ade)[1]
 
@@ -250,7 +248,7 @@ def test_corrupt_image(ade):
     img, _ = write_pair(ade, 'ADE_train_00000000')
     with open(img, 'wb') as f:
         f.write(b'\xff\xd8 this is no jpeg')
-    with raises_naming(DatasetCheckError, 'cannot read image', img,
+    with raises_naming(InputError, 'cannot read image', img,
                        'Replace it'):
         build(ade)[0]
 
@@ -259,7 +257,7 @@ def test_label_deleted_after_the_build(ade):
     ds = build(ade)
     _, label = write_pair(ade, 'ADE_train_00000001')
     os.remove(label)
-    with raises_naming(DatasetCheckError, 'cannot read label', label):
+    with raises_naming(InputError, 'cannot read label', label):
         ds[1]
 
 
@@ -297,7 +295,7 @@ def test_empty_checkpoint(tmp_path):
     from mmengine.runner.checkpoint import _load_checkpoint
     path = tmp_path / 'empty.pth'
     path.write_bytes(b'')
-    with raises_naming(CheckpointFileError, str(path), 'empty (0 bytes)',
+    with raises_naming(InputError, str(path), 'empty (0 bytes)',
                        'earlier iter_*.pth'):
         _load_checkpoint(str(path))
 
@@ -310,7 +308,7 @@ def test_non_checkpoint_file(tmp_path, content, looks):
     from mmengine.runner.checkpoint import _load_checkpoint
     path = tmp_path / 'model.pth'
     path.write_bytes(content)
-    with raises_naming(CheckpointFileError, str(path), 'not a PyTorch '
+    with raises_naming(InputError, str(path), 'not a PyTorch '
                        'checkpoint', looks, 'download the checkpoint again'):
         _load_checkpoint(str(path))
 
@@ -319,7 +317,7 @@ def test_checkpoint_of_another_num_classes(tmp_path):
     path = save(tmp_path / 'c.pth', Net(classes=19).state_dict())
     model = Net(classes=3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with raises_naming(CheckpointMismatchError, path, '2 with another shape',
+    with raises_naming(InputError, path, '2 with another shape',
                        'cls.weight: checkpoint (19, 8) vs model (3, 8)',
                        'num_classes', 'allow_partial=True'):
         load_checkpoint(model, path)
@@ -332,7 +330,7 @@ def test_checkpoint_of_another_architecture(tmp_path):
     path = save(tmp_path / 'c.pth', Net(extra=True).state_dict())
     state = Net().state_dict()
     state.pop('backbone.bias')
-    with raises_naming(CheckpointMismatchError, '1 missing from the '
+    with raises_naming(InputError, '1 missing from the '
                        'checkpoint (backbone.bias)', '2 not in the model '
                        '(neck.weight, neck.bias)'):
         check_state_dict(Net(extra=False), dict(
@@ -353,7 +351,7 @@ def test_nonfinite_weights(tmp_path, value):
     state = Net().state_dict()
     state['cls.weight'][0, 0] = value
     path = save(tmp_path / 'c.pth', state)
-    with raises_naming(NonFiniteWeightsError, path, 'non-finite',
+    with raises_naming(InputError, path, 'non-finite',
                        'cls.weight (1 of 24)', 'allow_nonfinite=True'):
         load_checkpoint(Net(), path)
     load_checkpoint(Net(), path, allow_nonfinite=True)
@@ -382,7 +380,7 @@ def demo_checkpoints(tmp_path_factory):
 
 def test_init_model_refuses_another_num_classes(demo_checkpoints):
     """The package's init_model (mmseg.apis' logs and goes on)."""
-    with raises_naming(CheckpointMismatchError, 'classes19.pth',
+    with raises_naming(InputError, 'classes19.pth',
                        'decode_head', 'allow_partial=True'):
         init_model(DEMO_SEGMENTER, demo_checkpoints['classes19'])
     model = init_model(DEMO_SEGMENTER, demo_checkpoints['good'])
@@ -413,7 +411,7 @@ def test_work_dir_under_a_file(tmp_path):
     blocker = tmp_path / 'file'
     blocker.write_text('x')
     with raises_naming(ToolError, str(blocker), 'is a file', '--work-dir'):
-        check_work_dir(str(blocker / 'run'))
+        check_writable_folder(str(blocker / 'run'), '--work-dir')
 
 
 def test_work_dir_unwritable(tmp_path):
@@ -424,7 +422,7 @@ def test_work_dir_unwritable(tmp_path):
         locked.mkdir(mode=0o500)
         target = str(locked / 'run')
     with raises_naming(ToolError, target, 'not writable', '--work-dir'):
-        check_work_dir(target)
+        check_writable_folder(target, '--work-dir')
 
 
 def test_schedule_shortened_below_the_warm_up():
@@ -476,7 +474,6 @@ def test_tta_without_its_settings():
 
 def test_missing_data_root_names_the_key_to_set(tmp_path):
     """Inside dataset wrappers the advice names the wrapped dataset's key."""
-    from mmseg_whitebox.utils.input_checks import check_data_roots
     inner = [dict(type='ADE20KDataset', data_root=str(tmp_path)),
              dict(type='ADE20KDataset', data_root=str(tmp_path / 'absent'))]
     cfg = Config(dict(train_dataloader=dict(dataset=dict(

@@ -16,6 +16,7 @@ from mmseg_whitebox.analysis.timing import time_interleaved
 from mmseg_whitebox.analysis.decoder_benchmark import \
     StraightforwardCBSADecoder
 from mmseg_whitebox.ops import CBSA, TSSA
+from mmseg_whitebox.utils.tool_error import InputError
 
 from _helpers import DEMO_MODELS, REPO, run_tool
 
@@ -282,11 +283,11 @@ def test_config_lookup_names_what_is_missing_and_what_to_do():
         'cbsa_vit-s_8xb1-160k_ade20k-512x512.py')
     assert osp.basename(encoder_config('cbt', 's', root)).startswith(
         'cbsa_cbt-s_')
-    with pytest.raises(FileNotFoundError,
+    with pytest.raises(InputError,
                        match="no config for encoder 'cbt' of size 'xl' "
                        r'\(cbsa/cbsa_cbt-xl_\*.*choose another size'):
         encoder_config('cbt', 'xl', root)
-    with pytest.raises(FileNotFoundError, match="head 'cbsa' with ViT-xl.*"
+    with pytest.raises(InputError, match="head 'cbsa' with ViT-xl.*"
                        'leave this head out'):
         head_config('cbsa', 'xl', root)
 

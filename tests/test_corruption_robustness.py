@@ -14,8 +14,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.apis.demo_models import DEMO_MODELS
-from mmseg_whitebox.robustness.corruptions import (CorruptionError,
-                                                   CorruptionOptions,
+from mmseg_whitebox.robustness.corruptions import (CorruptionOptions,
                                                    ImageCorruption,
                                                    check_severities,
                                                    corrupt_image,
@@ -26,7 +25,7 @@ from mmseg_whitebox.robustness.corruptions import (CorruptionError,
                                                    markdown_table,
                                                    resolve_corruptions,
                                                    run_corruption_benchmark)
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 TOOL = 'tools/analysis_tools/test_corruption_robustness.py'
 CONFIG = DEMO_MODELS['cbsa']
@@ -88,18 +87,18 @@ def test_names_severities_and_their_errors():
     assert len(corruption_names('all')) == 19
     assert resolve_corruptions(['fog', 'noise', 'fog']) == [
         'fog', 'gaussian_noise', 'shot_noise', 'impulse_noise']
-    with pytest.raises(CorruptionError,
+    with pytest.raises(InputError,
                        match=r"'gauss'.*valid names: gaussian_noise"):
         resolve_corruptions(['gauss', 'fog'])
     assert check_severities([3, 1, 3]) == [1, 3]
     for bad in ([0], [6], [2.5], [True], []):
-        with pytest.raises(CorruptionError, match='1..5'):
+        with pytest.raises(InputError, match='1..5'):
             check_severities(bad)
-    with pytest.raises(CorruptionError, match='severities'):
+    with pytest.raises(InputError, match='severities'):
         ImageCorruption('fog', severity=9)
-    with pytest.raises(CorruptionError, match='unknown corruption'):
+    with pytest.raises(InputError, match='unknown corruption'):
         ImageCorruption('rain')
-    with pytest.raises(CorruptionError, match='at least 32'):
+    with pytest.raises(InputError, match='at least 32'):
         corrupt_image(np.zeros((16, 64, 3), np.uint8), 'fog', 1)
 
 
@@ -108,7 +107,7 @@ def test_missing_library_says_how_to_install(monkeypatch):
     corruptions.load_imagecorruptions.cache_clear()
     monkeypatch.setitem(__import__('sys').modules, 'imagecorruptions', None)
     try:
-        with pytest.raises(ImportError, match=r"\.\[corruptions\]"):
+        with pytest.raises(ToolError, match=r"\.\[corruptions\]"):
             corruptions.load_imagecorruptions()
         # the clean transform needs no library
         src = sample()
@@ -167,11 +166,11 @@ def test_transform_goes_after_loading_in_every_config():
         assert pipeline[i + 1] == dict(type='ImageCorruption',
                                        corruption=None, seed=5), path
         assert cfg.test_dataloader.persistent_workers is False
-        with pytest.raises(CorruptionError, match='already has'):
+        with pytest.raises(InputError, match='already has'):
             insert_corruption_transform(cfg)
     cfg = Config(dict(test_dataloader=dict(dataset=dict(
         pipeline=[dict(type='LoadAnnotations')]))))
-    with pytest.raises(CorruptionError, match='no LoadImageFromFile'):
+    with pytest.raises(InputError, match='no LoadImageFromFile'):
         insert_corruption_transform(cfg)
 
 
@@ -250,10 +249,12 @@ def test_tool_reduced_grid_matches_test_tool_and_resumes(tiny_ade,
     # clean is exactly the number of a Runner built as tools/test.py
     # builds it (same pipeline but for the identity transform, same loop
     # and metric)
-    from mmseg_whitebox.robustness import (RunnerEvaluation,
-                                           build_test_runner)
-    runner = build_test_runner(CONFIG, checkpoint, data_cfg_options(tiny_ade),
-                               str(tmp_path / 'test'))
+    from mmseg_whitebox.engine.runner_config import (build_test_runner,
+                                                   runner_config)
+    from mmseg_whitebox.robustness import RunnerEvaluation
+    runner = build_test_runner(runner_config(
+        CONFIG, data_cfg_options(tiny_ade), str(tmp_path / 'test')),
+        checkpoint)
     evaluation = RunnerEvaluation(runner)
     assert evaluation()['mIoU'] == clean
     evaluation.close()

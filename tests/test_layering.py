@@ -191,4 +191,4 @@ def test_every_module_has_its_package_layer():
         list(range(len(ORDER)))
     assert layer(f'{PACKAGE}.converters.state_dicts') == \
         LAYERS[f'{PACKAGE}.converters']
-    assert layer(f'{PACKAGE}.apis.run_checks') < layer(f'{PACKAGE}.cli')
+    assert layer(f'{PACKAGE}.engine.config_checks') < layer(f'{PACKAGE}.cli')

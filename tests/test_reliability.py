@@ -446,20 +446,19 @@ def test_test_tool_and_benchmarks_lock_their_output(tmp_path, weights):
 
 
 def test_typeerror_is_a_users_only_when_built_from_the_config():
-    """'unexpected keyword argument' is a misspelt config key when the
-    registry's build of that class failed on a key of its config; the
-    same error from a call in a method is a bug."""
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
+    """A misspelt config key is found when the config is read (the class
+    its type names does not take it); 'unexpected keyword argument' from
+    a call in a method is a bug."""
+    from mmengine.config import Config
 
     from mmseg_whitebox.cli.errors import user_error_message
-    init_default_scope('mmseg')
-    misspelt = raised_by(lambda: MODELS.build(dict(type='CrossEntropyLoss',
-                                                 use_sigmod=True)))
+    from mmseg_whitebox.engine.config_checks import check_model_types
+    misspelt = raised_by(lambda: check_model_types(Config(dict(model=dict(
+        type='CrossEntropyLoss', use_sigmod=True)))))
     assert user_error_message(misspelt) == (
-        "CrossEntropyLoss does not take the setting 'use_sigmod'; did you "
-        "mean 'use_sigmoid'? Fix or remove that key in the config or in "
-        '--cfg-options')
+        "model: CrossEntropyLoss does not take the setting 'use_sigmod'; "
+        "did you mean 'use_sigmoid'? Fix or remove that key in the config "
+        'or in --cfg-options')
 
     class Head(torch.nn.Module):
         def forward(self):
@@ -472,17 +471,17 @@ def test_typeerror_is_a_users_only_when_built_from_the_config():
 
 
 def test_opencv_errors_name_the_file_or_are_bugs(tmp_path):
+    """A damaged image file is named by the code that reads it (the
+    tools' image check, the ONNX segmentor's reader); an OpenCV error on
+    an image in memory has no file to blame: a bug."""
     from mmseg_whitebox.cli.errors import user_error_message
+    from mmseg_whitebox.deployment.onnx_segmentor import load_image
+    from mmseg_whitebox.utils.input_checks import check_image_file
     image = tmp_path / 'photo.png'
     image.write_bytes(b'\x89PNG but cut off')
-
-    def read(img_or_path):  # a reader of a file, as mmcv's
-        return cv2.cvtColor(np.zeros((0, 0, 3), np.uint8),
-                            cv2.COLOR_BGR2RGB)
-
-    message = user_error_message(raised_by(lambda: read(str(image))))
-    assert f"OpenCV could not cvtColor '{image}'" in message
-    # the same error on an image in memory: no file to blame
+    for read in (check_image_file, load_image):
+        message = user_error_message(raised_by(lambda: read(str(image))))
+        assert f"'{image}'" in message and 'image' in message, message
     assert user_error_message(raised_by(lambda: cv2.cvtColor(
         np.zeros((0, 0, 3), np.uint8), cv2.COLOR_BGR2RGB))) is None
 

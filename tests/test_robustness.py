@@ -386,9 +386,9 @@ def test_resume_skips_finished_points_and_draws(tmp_path):
                NoiseSweepOptions(sigmas=[0.01, 0.1], draws=2),
                store=ResultStore(str(tmp_path), setup)).run()
     assert len(calls) == 2 + 2 * 2  # clean, ablated, 2 sigmas x 2 draws
-    with pytest.raises(FileExistsError, match='--resume'):
+    with pytest.raises(ToolError, match='--resume'):
         ResultStore(str(tmp_path), setup)
-    with pytest.raises(FileExistsError, match='--resume'):
+    with pytest.raises(ToolError, match='--resume'):
         ResultStore.check_out_dir(str(tmp_path))
     ResultStore.check_out_dir(str(tmp_path), resume=True)
     ResultStore.check_out_dir(str(tmp_path / 'new'))
@@ -510,6 +510,8 @@ def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(tmp_path,
     from mmseg_whitebox.robustness import noise_robustness
     from mmseg_whitebox.robustness.evaluation import RunnerEvaluation
     model = build_model('cbsa')
+    monkeypatch.setattr(noise_robustness, 'runner_config',
+                        lambda *args: None)
     monkeypatch.setattr(noise_robustness, 'build_test_runner',
                         lambda *args: StubRunner(model))
 

@@ -155,11 +155,11 @@ def test_debug_shows_the_traceback(image, weights, tmp_path, monkeypatch):
             monkeypatch.setenv('MMSEG_WHITEBOX_DEBUG', env)
         proc = run_tool(argv + extra, check=False, timeout=300)
         assert proc.returncode == 2
-        assert 'Traceback' in proc.stderr and "unexpected keyword argument " \
+        assert 'Traceback' in proc.stderr and "does not take the setting " \
             "'num_clases'" in proc.stderr
         last = proc.stderr.strip().splitlines()[-1]
-        assert last.startswith(
-            'image_demo.py: error: SegmenterMaskTransformerHead')
+        assert last.startswith('image_demo.py: error: model.decode_head: '
+                               'SegmenterMaskTransformerHead')
         assert '--debug' not in last  # no hint: the traceback is there
 
 
@@ -377,15 +377,21 @@ def test_export_refuses_an_opset_it_cannot_write(weights, tmp_path):
 
 # ------------------------------------------------------- the pieces
 
-def test_only_user_errors_are_translated():
-    """A bug keeps its traceback: no message for errors no input causes."""
+def test_only_user_errors_are_translated(tmp_path):
+    """A bug keeps its traceback: no message for errors no input causes.
+    A JSON file a user gives is read by code that says so; any other
+    JSONDecodeError (e.g. of a child process's output) is a bug."""
     from mmseg_whitebox.cli.errors import user_error_message
+    from mmseg_whitebox.utils.atomic import read_json
     for bug in (RuntimeError('shape mismatch in matmul'), KeyError('x'),
                 TypeError("f() got an unexpected keyword argument 'y'"),
-                ZeroDivisionError('division by zero')):
+                ZeroDivisionError('division by zero'),
+                raised_by(lambda: json.loads('{"a": 1'))):
         assert user_error_message(bug) is None, bug
-    assert 'is not valid JSON' in user_error_message(
-        raised_by(lambda: json.loads('{"a": 1')))
+    damaged = tmp_path / 'results.json'
+    damaged.write_text('{"a": 1')
+    message = user_error_message(raised_by(lambda: read_json(str(damaged))))
+    assert str(damaged) in message and 'is damaged' in message
 
 
 def test_atomic_write_keeps_the_old_file_on_a_crash(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
+from mmseg_whitebox.utils.tool_error import InputError
 from .memory import available_memory, proc_field
 from . import report as reporting
 from .report import Baseline, Column, add_ratios, describe_row, results_table
@@ -71,7 +71,7 @@ class Benchmark:
         pattern = self.configs[name].format(size=size)
         found = sorted(glob.glob(osp.join(config_root, pattern)))
         if not found:
-            raise MissingInputError(
+            raise InputError(
                 f'no config for {self.what.format(name=name, size=size)} '
                 f'({pattern} under {config_root}); {self.remedy}')
         return found[0]
@@ -189,7 +189,7 @@ def project_configs() -> str:
     from mmseg_whitebox.engine.model_index import resources_root
     root = resources_root()
     if root is None:
-        raise MissingInputError(
+        raise InputError(
             "this installation has no configs/ folder (neither a checkout's "
             "nor a wheel's): reinstall the package, or give config_root")
     return osp.join(root, 'configs')

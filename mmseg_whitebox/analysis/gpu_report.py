@@ -28,7 +28,7 @@ import torch
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
 from mmseg_whitebox.utils.run_lock import lock_folder
-from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
+from mmseg_whitebox.utils.tool_error import InputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
 from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
                         prepare_run)
@@ -272,9 +272,8 @@ def run_gpu_report(out_dir: str, device: str = 'cuda',
         if config_root is None:
             root = resources_root()
             if root is None:
-                raise MissingInputError('no configs/ found (neither a '
-                                        'checkout nor an installed '
-                                        'wheel\'s)')
+                raise InputError('no configs/ found (neither a checkout '
+                                 'nor an installed wheel\'s)')
             config_root = osp.join(root, 'configs')
         facts = machine(dev)
         print(f'GPU report on {facts.get("gpu") or facts["cpu"]}, torch '

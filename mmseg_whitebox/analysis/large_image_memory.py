@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.input_checks import check_checkpoint
+from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.tool_error import ToolError
 from .memory import available_memory, peak_memory, proc_bytes
 

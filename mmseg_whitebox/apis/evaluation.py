@@ -14,18 +14,14 @@ import os.path as osp
 import sys
 from typing import Any, Dict, Optional
 
+from mmseg_whitebox.engine.config_checks import (check_tta,
+                                                 num_classes_problem,
+                                                 reported_errors)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
-from mmseg_whitebox.engine.runner_config import drop_training
-from mmseg_whitebox.utils.checkpoint_checks import (CheckpointError,
-                                                    check_checkpoint_file)
-from mmseg_whitebox.utils.input_checks import (check_checkpoint,
-                                               check_data_roots,
-                                               check_work_dir,
-                                               check_writable_folder,
-                                               reported_errors)
+from mmseg_whitebox.engine.runner_config import build_test_runner
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
-from .run_checks import check_tta, num_classes_problem
 
 
 def evaluate_checkpoint(cfg: Any,
@@ -56,40 +52,32 @@ def evaluate_checkpoint(cfg: Any,
     """
     if out is not None:  # before any work, as the other tools
         check_writable_folder(out, '--out')
-    check_checkpoint(checkpoint)
-    try:
-        check_checkpoint_file(checkpoint)
-    except CheckpointError as exc:
-        raise ToolError(str(exc)) from exc
-    check_work_dir(cfg.work_dir)
-    if show_dir:
-        check_writable_folder(osp.join(cfg.work_dir, show_dir),
-                              '--show-dir')
-    with contextlib.ExitStack() as locks:  # one run writes there at a time
-        if out is not None:
-            locks.enter_context(lock_folder(out, '--out'))
-        # last: a failure's traceback is logged in the work dir
-        locks.enter_context(lock_folder(cfg.work_dir, '--work-dir'))
-        cfg.load_from = checkpoint
-        if show or show_dir:
-            _enable_visualization(cfg, show, show_dir, wait_time)
-        if tta:
-            check_tta(cfg)
-            cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
-            cfg.tta_model.module = cfg.model
-            cfg.model = cfg.tta_model
-        if out is not None:
-            cfg.test_evaluator['output_dir'] = out
-            cfg.test_evaluator['keep_results'] = True
-        drop_training(cfg)
-        check_data_roots(cfg, ('test_dataloader', ))
+
+    with contextlib.ExitStack() as locks:
+        def prepare(cfg: Any) -> None:
+            # the inputs are checked by now: one run writes there at a time
+            if out is not None:
+                locks.enter_context(lock_folder(out, '--out'))
+            # last: a failure's traceback is logged in the work dir
+            locks.enter_context(lock_folder(cfg.work_dir, '--work-dir'))
+            if show_dir:
+                check_writable_folder(osp.join(cfg.work_dir, show_dir),
+                                      '--show-dir')
+            if show or show_dir:
+                _enable_visualization(cfg, show, show_dir, wait_time)
+            if tta:
+                check_tta(cfg)
+                cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+                cfg.tta_model.module = cfg.model
+                cfg.model = cfg.tta_model
+            if out is not None:
+                cfg.test_evaluator['output_dir'] = out
+                cfg.test_evaluator['keep_results'] = True
 
         warnings = [w for w in (num_classes_problem(cfg), ) if w]
+        runner = build_test_runner(cfg, checkpoint, prepare)
         for warning in warnings:
             print(f'WARNING: {warning}', file=sys.stderr)
-
-        from mmengine.runner import Runner
-        runner = Runner.from_cfg(cfg)
         runner.register_hook(CheckpointCheckHook(
             allow_partial_checkpoint, allow_nonfinite_weights,
             '--allow-partial-checkpoint', '--allow-nonfinite-weights'))

@@ -15,12 +15,15 @@ from __future__ import annotations
 import os.path as osp
 from typing import List, Optional, Sequence, Tuple
 
-from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.utils.atomic import atomic_path
-from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
-from mmseg_whitebox.utils.input_checks import (check_checkpoint, check_device,
-                                               check_image_file)
+from mmseg_whitebox.utils.checkpoint_checks import (check_checkpoint,
+                                                    init_model)
+from mmseg_whitebox.utils.input_checks import check_device, check_image_file
+from mmseg_whitebox.visualization.images import (check_opacity, list_images,
+                                                 lock_outputs, output_paths)
+from mmseg_whitebox.visualization.overlay import (dataset_meta,
+                                                  new_visualizer)
 from mmseg_whitebox.utils.tool_error import ToolError
 from mmseg_whitebox.visualization.images import (check_opacity, list_images,
                                                  lock_outputs, output_paths)
@@ -82,12 +85,9 @@ def image_demo(source: str, config: str, checkpoint: str,
     check_checkpoint(checkpoint)
     cfg = read_config(config, cfg_options)
     with lock_outputs(out_file, out_dir):  # one run paints there at a time
-        try:
-            # mmseg's init_model, refusing a checkpoint that does not fit
-            model = init_model(cfg, checkpoint,
-                               device=device or default_device())
-        except (CheckpointError, UnsafeCheckpointError) as exc:
-            raise ToolError(str(exc)) from exc
+        # mmseg's init_model, refusing a checkpoint that does not fit
+        model = init_model(cfg, checkpoint,
+                           device=device or default_device())
         written = overlay_images(model, images, outputs, opacity=opacity,
                                  title=title, with_labels=with_labels,
                                  progress=progress)

@@ -13,15 +13,17 @@ import os
 import sys
 from typing import Any, Optional
 
+from mmseg_whitebox.engine.config_checks import (check_data_roots,
+                                                 check_param_schedulers,
+                                                 num_classes_problem,
+                                                 reported_errors)
 from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
                                          ResumeCheckHook)
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
-from mmseg_whitebox.utils.input_checks import (check_data_roots,
-                                               check_work_dir, reported_errors)
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
-from .run_checks import check_param_schedulers, num_classes_problem
 
 
 def train_model(cfg: Any, resume: bool = False, amp: bool = False,
@@ -49,7 +51,7 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
     problem = num_classes_problem(cfg)
     if problem:
         raise ToolError(problem)
-    check_work_dir(cfg.work_dir)
+    check_writable_folder(cfg.work_dir, '--work-dir')
     # one training run per work dir, from here to the end (a crash too)
     with lock_folder(cfg.work_dir, '--work-dir'):
         remove_cut_off_checkpoints(cfg.work_dir)

@@ -1,7 +1,8 @@
 """The options the tools share, declared once: mmseg's ``--work-dir``,
-``--cfg-options``, ``--launcher`` and the checkpoint checks' ``--allow-*``
+``--cfg-options``, ``--launcher``, ``--device`` (checked against this
+machine as it is parsed) and the checkpoint checks' ``--allow-*``
 flags, the project's vocabulary for everything else (``--out DIR``,
-``--out-file FILE``, ``--device``, ``--shape H [W]`` and ``--shapes``,
+``--out-file FILE``, ``--shape H [W]`` and ``--shapes``,
 ``--arch``, ``--amp`` with ``--amp-dtype``, ``--memory-limit-gb``,
 ``--data-root``, ``--num-images``, ``--threads``, the benchmarks' timing
 options; the table is docs/tools.md), the parser every tool builds from
@@ -19,6 +20,8 @@ from typing import Any, Iterable, Optional, Sequence, Tuple, Type, TypeVar
 from mmengine.config import DictAction
 
 from mmseg_whitebox.utils.amp import AMP_DTYPES
+from mmseg_whitebox.utils.input_checks import check_device
+from mmseg_whitebox.utils.tool_error import ToolError
 
 #: the model sizes ``--arch`` names (ViT-Tiny, -Small, -Base, -Large)
 ARCHS = ('t', 's', 'b', 'l')
@@ -40,6 +43,32 @@ class CfgOptionsAction(DictAction):
                     'model.decode_head.num_classes=19 (lists as '
                     'key="[a,b]", no spaces around =)')
         super().__call__(parser, namespace, values, option_string)
+
+
+class DeviceAction(argparse.Action):
+    """``--device``: a device this machine has
+    (:func:`~mmseg_whitebox.utils.input_checks.check_device`), refused as
+    an argparse error when it is given; a tool's default is its own
+    (e.g. ``cuda`` for a GPU report, checked where the tool needs it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser,
+                 namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        try:
+            check_device(values)
+        except ToolError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from exc
+        setattr(namespace, self.dest, values)
+
+
+def add_device_arg(parser: argparse.ArgumentParser,
+                   default: Optional[str] = 'cpu',
+                   help: Optional[str] = None) -> None:
+    """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``),
+    for every tool that has one (:class:`DeviceAction`)."""
+    parser.add_argument(
+        '--device', default=default, action=DeviceAction,
+        help=help or f'cpu, cuda or cuda:N (default: {default})')
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:
@@ -187,16 +216,6 @@ def add_out_file_arg(parser: argparse.ArgumentParser, help: str,
     """``--out-file FILE``: the one file a tool writes."""
     parser.add_argument('--out-file', metavar='FILE', default=default,
                         required=required, help=help)
-
-
-def add_device_arg(parser: argparse.ArgumentParser,
-                   default: Optional[str] = 'cpu',
-                   help: Optional[str] = None) -> None:
-    """``--device``: where the model runs (``cpu``, ``cuda``,
-    ``cuda:N``)."""
-    parser.add_argument(
-        '--device', default=default,
-        help=help or f'cpu, cuda or cuda:N (default: {default})')
 
 
 def add_threads_arg(parser: argparse.ArgumentParser,

@@ -20,7 +20,7 @@ from mmseg_whitebox.converters.vit import augreg_to_timm
 from mmseg_whitebox.models.backbones.white_box_vit import check_pretrained
 from mmseg_whitebox.utils.atomic import check_not_input, save_torch, write_text
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
-from mmseg_whitebox.utils.tool_error import BadFileError, InputError
+from mmseg_whitebox.utils.tool_error import InputError
 
 StateDict = Dict[str, torch.Tensor]
 Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
@@ -31,18 +31,18 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
     object array, which would need unpickling, is refused). Raises
     ``ValueError`` saying what is wrong with the file."""
     if osp.getsize(path) == 0:
-        raise BadFileError(f'{path!r} is empty (0 bytes): the download or '
-                           'copy was interrupted. Download it again')
+        raise InputError(f'{path!r} is empty (0 bytes): the download or '
+                         'copy was interrupted. Download it again')
     if not zipfile.is_zipfile(path):
-        raise BadFileError(f'{path!r} is not a .npz archive (a zip of numpy '
-                           'arrays): it is truncated or of another format. '
-                           'Download it again')
+        raise InputError(f'{path!r} is not a .npz archive (a zip of numpy '
+                         'arrays): it is truncated or of another format. '
+                         'Download it again')
     try:
         with np.load(path, allow_pickle=False) as npz:
             return {name: npz[name] for name in npz.files}
     except Exception as exc:  # BadZipFile, ValueError (pickled objects)
-        raise BadFileError(f'{path!r} cannot be read as plain numpy arrays '
-                           f'({type(exc).__name__}: {exc})') from exc
+        raise InputError(f'{path!r} cannot be read as plain numpy arrays '
+                         f'({type(exc).__name__}: {exc})') from exc
 
 
 def read_state_dict(path: str) -> StateDict:
@@ -60,7 +60,7 @@ def read_state_dict(path: str) -> StateDict:
         try:
             return load_file(path)
         except Exception as exc:  # SafetensorError, OSError
-            raise BadFileError(
+            raise InputError(
                 f'{path!r} is not a complete safetensors file ({exc}): it '
                 'is truncated or of another format. Download it again'
             ) from exc
@@ -68,7 +68,7 @@ def read_state_dict(path: str) -> StateDict:
     try:
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
     except Exception as exc:  # torch raises many kinds for a foreign file
-        raise BadFileError(
+        raise InputError(
             f'{path!r} cannot be read weights-only as a torch state dict '
             f'({type(exc).__name__}: {exc})') from exc
     for key in ('state_dict', 'model'):
@@ -76,8 +76,8 @@ def read_state_dict(path: str) -> StateDict:
                 checkpoint.get(key), dict):
             checkpoint = checkpoint[key]
     if not isinstance(checkpoint, dict):
-        raise BadFileError(f'{path!r} holds a {type(checkpoint).__name__}, '
-                           'not a state dict')
+        raise InputError(f'{path!r} holds a {type(checkpoint).__name__}, '
+                         'not a state dict')
     return checkpoint
 
 

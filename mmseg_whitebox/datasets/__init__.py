@@ -3,10 +3,10 @@
 transform ``ImageCorruption`` (the ImageNet-C corruptions of the
 ``imagecorruptions`` package, see :mod:`.corruption_library`), registered
 in mmseg."""
-from .checks import CheckSegSample, DatasetCheckError, checked_seg_dataset
+from .checks import CheckSegSample, checked_seg_dataset
 from .corruption_transform import ImageCorruption
 
 __all__ = [
-    'CheckSegSample', 'DatasetCheckError', 'ImageCorruption',
+    'CheckSegSample', 'ImageCorruption',
     'checked_seg_dataset'
 ]

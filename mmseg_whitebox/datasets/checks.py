@@ -23,7 +23,7 @@ they arise, without forking mmseg's datasets:
     ``ignore_index`` default to the dataset's (filled in by
     ``CheckedSegDataset``). Costs a few array reductions per sample.
 
-Both raise :class:`DatasetCheckError`.
+Both raise :class:`InputError`.
 """
 from __future__ import annotations
 
@@ -36,14 +36,10 @@ from mmengine import fileio
 from mmengine.dataset.base_dataset import Compose
 from mmseg.registry import DATASETS, TRANSFORMS
 
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import InputError
 
 #: how many offending files an error message lists
 SHOWN = 3
-
-
-class DatasetCheckError(ToolError, ValueError):
-    """Bad input data: the message names the file(s) and what to do."""
 
 
 def _listing(items: List[str], total: Optional[int] = None) -> str:
@@ -65,7 +61,7 @@ def _list_files(folder: str, suffix: str) -> List[str]:
 
 def check_split(dataset: Any, data_list: List[dict]) -> None:
     """Build-time check of ``dataset``'s file list: the split is not empty
-    and images and labels come in pairs. Raises :class:`DatasetCheckError`.
+    and images and labels come in pairs. Raises :class:`InputError`.
     """
     img_dir = dataset.data_prefix.get('img_path', None)
     ann_dir = dataset.data_prefix.get('seg_map_path', None)
@@ -75,7 +71,7 @@ def check_split(dataset: Any, data_list: List[dict]) -> None:
         where = (f'the split file {ann_file!r} lists no samples'
                  if ann_file and not osp.isdir(ann_file) else
                  f'{img_dir!r} holds no *{dataset.img_suffix} images')
-        raise DatasetCheckError(
+        raise InputError(
             f'empty dataset split: {where} (data_root={root!r}). Check '
             'data_root and data_prefix.img_path (e.g. --cfg-options '
             'train_dataloader.dataset.data_root=DIR) and img_suffix, or '
@@ -83,7 +79,7 @@ def check_split(dataset: Any, data_list: List[dict]) -> None:
     if not _is_local(ann_dir, dataset):
         return
     if not osp.isdir(ann_dir):
-        raise DatasetCheckError(
+        raise InputError(
             f'label folder {ann_dir!r} does not exist (data_root={root!r}, '
             'data_prefix.seg_map_path): every image needs a label map there; '
             'fix data_prefix.seg_map_path or add the labels')
@@ -94,7 +90,7 @@ def check_split(dataset: Any, data_list: List[dict]) -> None:
     missing = [k for k in sorted(expected) if k not in labels]
     if missing:
         images = [expected[k] for k in missing]
-        raise DatasetCheckError(
+        raise InputError(
             f'{len(missing)} image(s) have no label: {_listing(images)} '
             f'(expected {osp.join(ann_dir, missing[0])!r}). Add the missing '
             'label maps, remove those images, or fix data_prefix.'
@@ -104,14 +100,14 @@ def check_split(dataset: Any, data_list: List[dict]) -> None:
         present = set(_list_files(img_dir, dataset.img_suffix))
         absent = sorted(images - present)
         if absent:
-            raise DatasetCheckError(
+            raise InputError(
                 f'{len(absent)} image(s) listed in {ann_file!r} do not '
                 f'exist in {img_dir!r}: {_listing(absent)}. Add them or '
                 'remove them from the split file')
         return
     stray = sorted(labels - set(expected))
     if stray:
-        raise DatasetCheckError(
+        raise InputError(
             f'{len(stray)} label(s) in {ann_dir!r} have no image in '
             f'{img_dir!r}: {_listing(stray)} (mmseg would skip them '
             'silently). Add the images (*' + dataset.img_suffix + ') or '
@@ -123,7 +119,7 @@ def _checked_load_data_list(dataset: Any) -> List[dict]:
     ann_file = getattr(dataset, 'ann_file', '') or ''
     if (_is_local(img_dir, dataset) and not ann_file
             and not osp.isdir(img_dir)):
-        raise DatasetCheckError(
+        raise InputError(
             f'image folder {img_dir!r} does not exist (data_root='
             f'{getattr(dataset, "data_root", None)!r}, data_prefix.img_path)'
             ': fix data_root/data_prefix or generate/download the dataset')
@@ -148,12 +144,12 @@ class FileNamingCompose(Compose):
         for t in self.transforms:
             try:
                 data = t(data)
-            except DatasetCheckError:
+            except InputError:
                 raise
             except Exception as exc:
                 if not _is_read_error(t, exc):
                     raise
-                raise DatasetCheckError(unreadable_message(data, exc)) \
+                raise InputError(unreadable_message(data, exc)) \
                     from exc
             if data is None:
                 return None
@@ -244,7 +240,7 @@ class CheckSegSample:
         image = results.get('img_path')
         if seg.ndim != 2:
             channels = seg.shape[-1] if seg.ndim == 3 else seg.shape
-            raise DatasetCheckError(
+            raise InputError(
                 f'label {label!r} has {channels} channels (a colour/RGB '
                 'image?), but a label must be a single-channel map of class '
                 'indices (8-bit grey or palette PNG). Convert its colours to '
@@ -252,7 +248,7 @@ class CheckSegSample:
                 'dataset) and save it as a one-channel PNG')
         ori = results.get('ori_shape')
         if ori is not None and tuple(seg.shape) != tuple(ori[:2]):
-            raise DatasetCheckError(
+            raise InputError(
                 f'label {label!r} is {seg.shape[0]}x{seg.shape[1]} but its '
                 f'image {image!r} is {ori[0]}x{ori[1]} (height x width). A '
                 'label must have its image\'s size: re-export it at that '
@@ -276,7 +272,7 @@ class CheckSegSample:
             values = np.unique(np.asarray(image))
         wide = [int(v) for v in values if v > 255 or v < 0]
         if wide:
-            raise DatasetCheckError(
+            raise InputError(
                 f'label {label!r} is a {image.mode} image with values '
                 f'{wide[:5]}{" ..." if len(wide) > 5 else ""} outside '
                 '0..255: mmseg reads labels as 8 bits, so they would '
@@ -299,7 +295,7 @@ class CheckSegSample:
             return
         in_file = (' (file values ' + ', '.join(str(v + 1) for v in bad[:5])
                    + ' before reduce_zero_label)') if reduced else ''
-        raise DatasetCheckError(
+        raise InputError(
             f'label {label!r} has values {bad[:5]}{in_file} outside the '
             f'{n} classes 0..{n - 1} and the ignore index {ignore}: they '
             'would be left out of the metrics silently (or fail training '

@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Sequence
 
 import numpy as np
 
-from mmseg_whitebox.utils.tool_error import MissingExtraError, InputError
+from mmseg_whitebox.utils.tool_error import ToolError, InputError
 
 SEVERITIES = (1, 2, 3, 4, 5)
 #: corruption groups of ``imagecorruptions.get_corruption_names``; the
@@ -27,12 +27,6 @@ GROUPS = ('benchmark', 'all', 'noise', 'blur', 'weather', 'digital',
 INSTALL_HINT = ("install the corruptions extra: pip install -e "
                 "'.[corruptions]' (or pip install imagecorruptions==1.1.2 "
                 "scikit-image)")
-
-
-class CorruptionError(InputError):
-    """Bad corruption settings (name, severity), a test pipeline the
-    benchmark cannot change, or an image the corruptions cannot take: a
-    user's input (a ``ToolError``, and a ``ValueError``)."""
 
 
 # -- the library and its adapter -------------------------------------------
@@ -113,7 +107,7 @@ def load_imagecorruptions() -> types.ModuleType:
     """The ``imagecorruptions`` package, adapted to this environment.
 
     Raises:
-        MissingExtraError: (an ``ImportError``) with install
+        ToolError: with install
             instructions, when it is missing.
     """
     try:
@@ -123,9 +117,9 @@ def load_imagecorruptions() -> types.ModuleType:
                 import imagecorruptions
                 from imagecorruptions import corruptions
     except ImportError as exc:
-        raise MissingExtraError(f'image corruptions need the '
-                                f'imagecorruptions package ({exc}); '
-                                f'{INSTALL_HINT}') from exc
+        raise ToolError(f'image corruptions need the '
+                        f'imagecorruptions package ({exc}); '
+                        f'{INSTALL_HINT}') from exc
     _adapt(corruptions)
     return imagecorruptions
 
@@ -135,8 +129,8 @@ def corruption_names(group: str = 'all') -> List[str]:
     the 15 of the ImageNet-C benchmark; ``validation``: its 4 held-out
     ones; ``all``: both)."""
     if group not in GROUPS:
-        raise CorruptionError(f'unknown corruption group {group!r}; groups: '
-                              + ', '.join(GROUPS))
+        raise InputError(f'unknown corruption group {group!r}; groups: '
+                         + ', '.join(GROUPS))
     lib = load_imagecorruptions()
     return list(lib.get_corruption_names(
         'common' if group == 'benchmark' else group))
@@ -149,7 +143,7 @@ def resolve_corruptions(names: Sequence[str],
     ``--corruptions``).
 
     Raises:
-        CorruptionError: naming the unknown ones and listing the valid
+        InputError: naming the unknown ones and listing the valid
             names and groups.
     """
     valid = corruption_names('all')
@@ -165,12 +159,12 @@ def resolve_corruptions(names: Sequence[str],
             continue
         out += [n for n in expanded if n not in out]
     if unknown:
-        raise CorruptionError(
+        raise InputError(
             f'{option}: unknown corruption(s): '
             f'{", ".join(map(repr, unknown))}; valid names: '
             f'{", ".join(valid)}; or groups: {", ".join(GROUPS)}')
     if not out:
-        raise CorruptionError(f'{option}: no corruptions given')
+        raise InputError(f'{option}: no corruptions given')
     return out
 
 
@@ -190,11 +184,11 @@ def check_severities(severities: Sequence[Any],
     setting (e.g. ``--severities``).
 
     Raises:
-        CorruptionError: for anything else.
+        InputError: for anything else.
     """
     values = [_severity(s) for s in severities]
     if None in values or not values:
-        raise CorruptionError(
+        raise InputError(
             f'{option} must be integers in 1..5 (ImageNet-C levels), got '
             f'{" ".join(map(str, severities)) or "none"}')
     return sorted(set(values))

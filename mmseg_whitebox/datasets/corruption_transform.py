@@ -12,7 +12,9 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 from mmseg.registry import TRANSFORMS
 
-from .corruption_library import (GROUPS, CorruptionError, check_severities,
+from mmseg_whitebox.utils.tool_error import InputError
+
+from .corruption_library import (GROUPS, check_severities,
                                  load_imagecorruptions, resolve_corruptions)
 
 
@@ -42,11 +44,11 @@ def corrupt_image(img: np.ndarray, corruption: str, severity: int,
     lib = load_imagecorruptions()
     if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (1,
                                                                          3)):
-        raise CorruptionError(
+        raise InputError(
             f'image corruptions take H x W x 3 or gray images, got shape '
             f'{tuple(img.shape)}')
     if min(img.shape[:2]) < 32:
-        raise CorruptionError(
+        raise InputError(
             f'image corruptions need images of at least 32 x 32 pixels, got '
             f'{img.shape[0]} x {img.shape[1]}')
     dtype, shape = img.dtype, img.shape
@@ -62,7 +64,7 @@ def corrupt_image(img: np.ndarray, corruption: str, severity: int,
         out = lib.corrupt(np.ascontiguousarray(rgb),
                           corruption_name=corruption, severity=severity)
     if out.shape[:2] != shape[:2]:
-        raise CorruptionError(
+        raise InputError(
             f'{corruption} changed the image size from {shape[:2]} to '
             f'{out.shape[:2]}')
     if gray:
@@ -97,7 +99,7 @@ class ImageCorruption(BaseTransform):
                  seed: int = 0,
                  channel_order: str = 'bgr') -> None:
         if channel_order not in ('bgr', 'rgb'):
-            raise CorruptionError(
+            raise InputError(
                 f"channel_order must be 'bgr' or 'rgb', got {channel_order!r}")
         self.channel_order = channel_order
         self.seed = int(seed)
@@ -108,7 +110,7 @@ class ImageCorruption(BaseTransform):
         if corruption is not None:
             resolve_corruptions([corruption])
             if corruption in GROUPS:
-                raise CorruptionError(
+                raise InputError(
                     f'ImageCorruption takes one corruption name, not the '
                     f'group {corruption!r}')
         self.severity = check_severities([severity])[0]

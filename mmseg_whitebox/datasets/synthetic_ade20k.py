@@ -44,11 +44,15 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from PIL import Image
 
+from mmseg_whitebox.utils.atomic import read_json
 from mmseg_whitebox.utils.tool_error import InputError
 
 ADE_DIRNAME = 'ADEChallengeData2016'
 SPLITS = {'training': 'train', 'validation': 'val'}
 META_FILENAME = 'synthetic_meta.json'
+#: what to do with a damaged ``synthetic_meta.json``
+_REGENERATE = ('Generate the dataset again into a new folder, or pass '
+               '--overwrite')
 VARIANTS = ('appearance', 'context')
 
 # Hues 45 degrees apart, so moderate hue jitter (PhotoMetricDistortion's
@@ -294,8 +298,8 @@ def generate_synthetic_ade20k(out_dir: str,
     meta = dict(generator='mmseg_whitebox.datasets.synthetic_ade20k',
                 spec=asdict(spec))
     if osp.isfile(meta_path) and not overwrite:
-        with open(meta_path) as f:
-            existing = json.load(f)
+        existing = read_json(meta_path, 'a synthetic dataset description',
+                             _REGENERATE)
         if existing.get('spec') == json.loads(json.dumps(meta['spec'])):
             if existing.get('complete') and _complete(root, spec):
                 return root
@@ -364,8 +368,7 @@ def load_meta(data_root: str) -> Dict:
         raise FileNotFoundError(
             f'{path} not found: {data_root} was not written by '
             'tools/dataset_converters/synthetic_ade20k.py')
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, 'a synthetic dataset description', _REGENERATE)
 
 
 def chance_miou(pixel_counts: Dict[str, int]) -> float:

@@ -4,6 +4,6 @@ segmentor, checked against PyTorch with onnxruntime
 :class:`OnnxSegmentor`, which predicts images with an exported graph as
 ``inference_model`` does, with numpy, OpenCV and onnxruntime only
 (:mod:`.onnx_segmentor`)."""
-from .onnx_segmentor import OnnxMetadataError, OnnxSegmentor, Prediction
+from .onnx_segmentor import OnnxSegmentor, Prediction
 
-__all__ = ['OnnxMetadataError', 'OnnxSegmentor', 'Prediction']
+__all__ = ['OnnxSegmentor', 'Prediction']

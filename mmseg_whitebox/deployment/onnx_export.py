@@ -54,13 +54,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmseg_whitebox.compat import UnsafeCheckpointError
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.utils.atomic import (atomic_path, check_not_input,
                                          write_json)
-from mmseg_whitebox.utils.checkpoint_checks import CheckpointError, init_model
-from mmseg_whitebox.utils.input_checks import (check_checkpoint,
-                                               check_image_file,
+from mmseg_whitebox.utils.checkpoint_checks import (check_checkpoint,
+                                                    init_model)
+from mmseg_whitebox.utils.input_checks import (check_image_file,
                                                check_output_file)
 from mmseg_whitebox.utils.run_lock import lock_output_file
 from mmseg_whitebox.utils.tool_error import (CheckFailedError, InputError,
@@ -603,11 +602,7 @@ def _load_model(config: str, checkpoint: str,
     """``config``'s model with ``checkpoint``'s weights on the CPU, in eval
     mode; a checkpoint that does not fit is a :class:`ToolError`."""
     cfg = read_config(config, cfg_options)
-    try:
-        model = init_model(cfg, checkpoint, device='cpu')
-    except (CheckpointError, UnsafeCheckpointError) as exc:
-        raise ToolError(str(exc)) from exc
-    return model.eval()
+    return init_model(cfg, checkpoint, device='cpu').eval()
 
 
 def failed_path(out: str) -> str:
@@ -673,10 +668,7 @@ def image_parity(model: nn.Module, segmentor: Any,
     one image (a path, or a BGR uint8 array)."""
     import numpy as np
     from mmseg.apis import inference_model
-    try:
-        got = segmentor.predict(image, with_logits=True)
-    except ValueError as exc:  # OnnxSegmentor's checks of the image
-        raise InputError(str(exc)) from exc
+    got = segmentor.predict(image, with_logits=True)  # checks the image
     with torch.no_grad():
         result = inference_model(model, image)
     expected = result.seg_logits.data.cpu().numpy()

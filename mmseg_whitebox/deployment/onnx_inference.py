@@ -18,12 +18,12 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from mmseg_whitebox.utils.input_checks import check_image_file
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import InputError
 from mmseg_whitebox.visualization.images import (check_opacity, list_images,
                                                  lock_outputs, output_paths)
 from mmseg_whitebox.visualization.overlay import overlay_figure
 
-from .onnx_segmentor import OnnxMetadataError, OnnxSegmentor, load_image
+from .onnx_segmentor import OnnxSegmentor, load_image
 
 
 def load_segmentor(path: str, providers: Optional[Sequence[str]] = None,
@@ -39,8 +39,8 @@ def load_segmentor(path: str, providers: Optional[Sequence[str]] = None,
         raise ToolError(f'ONNX model {path!r} does not exist')
     try:
         return OnnxSegmentor(path, providers=providers, threads=threads)
-    except (OnnxMetadataError, ValueError) as exc:
-        raise ToolError(str(exc)) from exc
+    except InputError:
+        raise  # the graph's metadata or the providers asked for
     except Exception as exc:  # onnxruntime's own error types
         if not type(exc).__module__.startswith('onnxruntime'):
             raise
@@ -72,8 +72,8 @@ def onnx_inference(model: str, source: str, out_dir: str,
         for image_path, out in zip(images, outputs):
             try:
                 labels = segmentor(image_path).labels
-            except ValueError as exc:  # e.g. too small for the model
-                raise ToolError(f'{image_path!r}: {exc}') from exc
+            except InputError as exc:  # e.g. too small for the model
+                raise InputError(f'{image_path!r}: {exc}') from exc
             image_name = osp.basename(image_path)
             overlay_figure(
                 load_image(image_path)[..., ::-1], labels,

@@ -49,6 +49,7 @@ try:
     from ..utils.windows import slide_windows
 except ImportError:  # copied out of the package, beside utils/windows.py
     from windows import slide_windows
+from mmseg_whitebox.utils.tool_error import InputError
 
 #: version of the metadata the exporter writes and this module reads;
 #: graphs with another version (or none) are refused with advice
@@ -82,20 +83,15 @@ Shape = Tuple[int, int]
 Image = Union[str, np.ndarray]
 
 
-class OnnxMetadataError(ValueError):
-    """A graph without the metadata :class:`OnnxSegmentor` needs (exported
-    before it existed, by another tool, or by a newer version)."""
-
-
 # ----------------------------------------------------------- metadata
 def read_metadata(props: Dict[str, str], source: str = 'the graph'
                   ) -> Dict[str, Any]:
     """The deployment settings in a graph's metadata (``{key: text}``),
-    checked: :class:`OnnxMetadataError` naming ``source`` and what to do
+    checked: :class:`InputError` naming ``source`` and what to do
     when they are missing, of another version or incomplete."""
     version = props.get(VERSION_KEY)
     if version is None:
-        raise OnnxMetadataError(
+        raise InputError(
             f'{source} has no mmseg_whitebox deployment metadata (test '
             'resize, normalisation, sliding window, classes): it was '
             'exported before OnnxSegmentor existed or by another tool; '
@@ -103,32 +99,32 @@ def read_metadata(props: Dict[str, str], source: str = 'the graph'
     try:
         version = int(version)
     except ValueError as exc:
-        raise OnnxMetadataError(f'{source}: unreadable metadata version '
-                                f'{version!r}; {REEXPORT}') from exc
+        raise InputError(f'{source}: unreadable metadata version '
+                         f'{version!r}; {REEXPORT}') from exc
     if version > METADATA_VERSION:
-        raise OnnxMetadataError(
+        raise InputError(
             f'{source} has deployment metadata version {version}, newer '
             f'than this mmseg_whitebox reads ({METADATA_VERSION}): update '
             f'mmseg_whitebox, or {REEXPORT} with this version')
     if version < METADATA_VERSION:
-        raise OnnxMetadataError(
+        raise InputError(
             f'{source} has deployment metadata version {version}; this '
             f'mmseg_whitebox reads version {METADATA_VERSION}: {REEXPORT}')
     missing = [k for k in REQUIRED_KEYS if k not in props]
     if missing:
-        raise OnnxMetadataError(f'{source}: deployment metadata without '
-                                f'{", ".join(missing)}; {REEXPORT}')
+        raise InputError(f'{source}: deployment metadata without '
+                         f'{", ".join(missing)}; {REEXPORT}')
     try:
         meta = {k: json.loads(props[k]) for k in REQUIRED_KEYS}
     except json.JSONDecodeError as exc:
-        raise OnnxMetadataError(f'{source}: damaged deployment metadata '
-                                f'({exc}); {REEXPORT}') from exc
+        raise InputError(f'{source}: damaged deployment metadata '
+                         f'({exc}); {REEXPORT}') from exc
     if meta['mode'] not in ('whole', 'slide'):
-        raise OnnxMetadataError(f'{source}: inference mode '
-                                f'{meta["mode"]!r} is not whole or slide')
+        raise InputError(f'{source}: inference mode '
+                         f'{meta["mode"]!r} is not whole or slide')
     if meta['mode'] == 'slide' and not (meta['crop_size'] and meta['stride']):
-        raise OnnxMetadataError(f'{source}: slide inference without '
-                                'crop_size and stride; ' + REEXPORT)
+        raise InputError(f'{source}: slide inference without '
+                         'crop_size and stride; ' + REEXPORT)
     return meta
 
 
@@ -278,15 +274,15 @@ def load_image(image: Image) -> np.ndarray:
     an array."""
     if isinstance(image, str):
         if not osp.isfile(image):
-            raise FileNotFoundError(f'image {image!r} does not exist')
+            raise InputError(f'image {image!r} does not exist')
         img = cv2.imdecode(np.fromfile(image, dtype=np.uint8),
                            cv2.IMREAD_COLOR)
         if img is None:
-            raise ValueError(f'OpenCV cannot read {image!r} as an image')
+            raise InputError(f'OpenCV cannot read {image!r} as an image')
         return img
     img = np.asarray(image)
     if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-        raise ValueError('give the image as a path or a BGR uint8 array of '
+        raise InputError('give the image as a path or a BGR uint8 array of '
                          f'shape (H, W, 3), not {img.dtype} {img.shape}')
     return img
 
@@ -339,7 +335,7 @@ class OnnxSegmentor:
         unknown = [p for p in providers
                    if (p if isinstance(p, str) else p[0]) not in available]
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f'execution provider(s) {unknown} not available in this '
                 f'onnxruntime; available: {", ".join(available)}')
         options = ort.SessionOptions()
@@ -359,7 +355,7 @@ class OnnxSegmentor:
                             else None)
         outputs = [o.name for o in self.session.get_outputs()]
         if outputs != list(OUTPUT_NAMES):
-            raise OnnxMetadataError(
+            raise InputError(
                 f'{path!r} has outputs {outputs}, not {list(OUTPUT_NAMES)}: '
                 f'{REEXPORT}')
         self.tile_bytes = int(tile_bytes)
@@ -423,7 +419,7 @@ class OnnxSegmentor:
             x = resize_bilinear(x, size, align_corners=False)
         least = meta['min_input_side']
         if min(x.shape[1:]) < least:
-            raise ValueError(
+            raise InputError(
                 f'the image ({info["ori_shape"][0]}x{info["ori_shape"][1]}) '
                 f'is {x.shape[1]}x{x.shape[2]} after the test resize: too '
                 f'small for this model (both sides at least {least} '
@@ -435,7 +431,7 @@ class OnnxSegmentor:
         with ``head`` those of the decode head before the resize."""
         if self.static_size and x.shape[1:] != self.static_size:
             size = self.static_size
-            raise ValueError(
+            raise InputError(
                 f'the graph was exported for {size[0]}x{size[1]} inputs '
                 f'only, this image needs {x.shape[1]}x{x.shape[2]}: export '
                 'it with --dynamic')

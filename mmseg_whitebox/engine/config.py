@@ -8,10 +8,10 @@ from typing import Optional
 
 from mmengine.config import Config
 
-from mmseg_whitebox.utils.input_checks import (check_config_file,
-                                               check_config_values)
 from mmseg_whitebox.utils.tool_error import ToolError
 
+from .config_checks import (check_config_files, check_config_values,
+                            check_model_types)
 from .model_index import config_path
 
 
@@ -19,19 +19,26 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     """The config file ``path`` with ``--cfg-options`` merged in; ``path``
     may also name one of this project's configs (a model name, see
     :func:`~.model_index.config_path`). A missing, empty or unparseable
-    file and impossible settings are a :class:`ToolError`
-    (:mod:`~mmseg_whitebox.utils.input_checks`).
-    (:func:`~.runner_config.runner_config` adds what running a Runner
-    needs: work dir, launcher, checkpoint hook.)"""
+    file (its ``_base_`` files included), unknown types, settings a class
+    does not take and impossible settings are a :class:`ToolError`
+    (:mod:`.config_checks`), raised here, before anything is built. The
+    config's ``custom_imports`` are imported here too, after the config
+    is checked: an error in one of those modules is the module's, not the
+    config's. (:func:`~.runner_config.runner_config` adds what running a
+    Runner needs: work dir, launcher, checkpoint hook.)"""
     if not osp.exists(path):
         try:
             path = config_path(path)
         except FileNotFoundError as exc:
             raise ToolError(f'config file {path!r} does not exist '
                             f'({exc})') from exc
-    check_config_file(path)
-    cfg = Config.fromfile(path)
+    check_config_files(path)
+    cfg = Config.fromfile(path, import_custom_modules=False)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     check_config_values(cfg)
+    if cfg.get('custom_imports', None):
+        from mmengine.utils import import_modules_from_strings
+        import_modules_from_strings(**cfg['custom_imports'])
+    check_model_types(cfg)
     return cfg

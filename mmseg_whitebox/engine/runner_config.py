@@ -4,19 +4,24 @@ the hook that makes every checkpoint load weights-only, the checkpoint
 hook that writes them atomically, the logger hook whose test metrics
 file only the main process writes and the hook that stops dataloader
 workers when the run ends; :func:`load_config` takes them from a tool's
-common options."""
+common options; and the one Runner that tests a checkpoint
+(:func:`build_test_runner`), for ``tools/test.py`` and the robustness
+tools alike."""
 from __future__ import annotations
 
 import argparse
 import os
 import os.path as osp
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from mmengine.config import Config
 
+from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.distributed import setup_distributed
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 
 from .config import read_config
+from .config_checks import check_data_roots
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
@@ -105,3 +110,23 @@ def drop_training(cfg: Config) -> None:
     for key in ('train_dataloader', 'train_cfg', 'optim_wrapper',
                 'param_scheduler'):
         cfg[key] = None
+
+
+def build_test_runner(cfg: Config, checkpoint: str,
+                      prepare: Optional[Callable[[Config], None]] = None
+                      ) -> Any:
+    """The Runner that tests ``checkpoint`` with ``cfg`` (a
+    :func:`runner_config`) as ``tools/test.py`` does. The checkpoint and
+    the work dir are checked once, here, before anything is built;
+    ``prepare(cfg)``, if given, changes the config next (painting,
+    test-time augmentation, a corruption transform); then the training
+    settings are dropped and the test data's folder is checked."""
+    from mmengine.runner import Runner
+    check_checkpoint(checkpoint)
+    check_writable_folder(cfg.work_dir, '--work-dir')
+    cfg.load_from = checkpoint
+    if prepare is not None:
+        prepare(cfg)
+    drop_training(cfg)
+    check_data_roots(cfg, ('test_dataloader', ))
+    return Runner.from_cfg(cfg)

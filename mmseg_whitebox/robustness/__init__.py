@@ -7,7 +7,7 @@ from mmseg_whitebox.models.attention_sites import (AttentionAblation,
                                                    AttentionUsage,
                                                    find_attention_sites)
 from .compare import compare_sweeps
-from .evaluation import LoopEvaluation, RunnerEvaluation, build_test_runner
+from .evaluation import LoopEvaluation, RunnerEvaluation
 from .groups import GROUPS, group_selections, parameter_groups
 from .noise_robustness import format_summary, run_noise_sweep
 from .perturbation import ParameterNoise
@@ -23,7 +23,7 @@ __all__ = [
     'AttentionAblation', 'AttentionSite', 'AttentionUsage', 'GROUPS',
     'LoopEvaluation', 'NAMED_TARGETS', 'NoiseSweep', 'NoiseSweepOptions',
     'PAPER_SIGMAS', 'ParameterNoise', 'ResultStore', 'RunnerEvaluation',
-    'Selection', 'attention_unused', 'build_test_runner',
+    'Selection', 'attention_unused',
     'compare_sweeps', 'find_attention_sites',
     'format_summary', 'run_noise_sweep',
     'group_selections', 'mean_ci', 'normalized_auc', 'parameter_groups',

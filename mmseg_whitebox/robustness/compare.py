@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 from mmseg_whitebox.utils.atomic import write_csv, write_text
 from mmseg_whitebox.utils.run_lock import lock_folder
-from mmseg_whitebox.utils.tool_error import InputError, MissingInputError
+from mmseg_whitebox.utils.tool_error import InputError
 from .plotting import load_results, plot_robustness, result_label
 from .summary import (common_sigmas, markdown_table, summarize_results,
                       summary_rows)
@@ -35,20 +35,16 @@ def compare_sweeps(folders: Sequence[str],
     columns (default: every sigma common to all sweeps).
 
     Raises:
-        MissingInputError: (a ``FileNotFoundError``) for a folder without
-            ``results.json``.
-        InputError: (a ``ValueError``) with wrong labels, no common
-            sigma, or a requested sigma not in every sweep.
+        InputError: (a ``ValueError``) for a folder without a readable
+            ``results.json``, wrong labels, no common sigma, or a
+            requested sigma not in every sweep.
     """
     if labels and len(labels) != len(folders):
         raise InputError(f'--labels: give one label per folder '
                          f'({len(folders)}), got {len(labels)}')
     runs = []
     for i, folder in enumerate(folders):
-        try:
-            results = load_results(folder)
-        except FileNotFoundError as exc:  # not a sweep's folder
-            raise MissingInputError(str(exc)) from exc
+        results = load_results(folder)
         runs.append((labels[i] if labels else result_label(results, folder),
                      results))
     common = common_sigmas([r for _, r in runs])

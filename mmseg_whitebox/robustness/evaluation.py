@@ -1,46 +1,22 @@
 """Evaluating a (perturbed) model the way ``tools/test.py`` does.
 
 :class:`RunnerEvaluation` runs mmseg's own test loop and ``IoUMetric`` of a
-Runner built exactly as ``tools/test.py`` builds it, so an unperturbed
-evaluation reproduces ``tools/test.py``'s numbers exactly; distributed
-evaluation comes with the Runner. :class:`LoopEvaluation` is the same loop
-for a model, dataloader and evaluator you built yourself.
+Runner built exactly as ``tools/test.py`` builds it
+(:func:`~mmseg_whitebox.engine.runner_config.build_test_runner`), so an
+unperturbed evaluation reproduces ``tools/test.py``'s numbers exactly;
+distributed evaluation comes with the Runner. :class:`LoopEvaluation` is
+the same loop for a model, dataloader and evaluator you built yourself.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
-from mmseg_whitebox.engine.runner_config import drop_training, runner_config
-from mmseg_whitebox.utils.input_checks import (check_checkpoint,
-                                               check_data_roots,
-                                               check_work_dir)
 from mmseg_whitebox.utils.logs import quiet_logging
 from .metrics import Metrics
 from .shared_encoder import SharedEncoderEvaluation
-
-
-def build_test_runner(config: str,
-                      checkpoint: str,
-                      cfg_options: Optional[dict] = None,
-                      work_dir: Optional[str] = None,
-                      launcher: str = 'none',
-                      prepare: Optional[Callable[[Any], None]] = None
-                      ) -> Any:
-    """A Runner set up as ``tools/test.py`` sets it up; ``prepare(cfg)``,
-    if given, changes the config before the Runner is built."""
-    from mmengine.runner import Runner
-    check_checkpoint(checkpoint)
-    cfg = runner_config(config, cfg_options, work_dir, launcher)
-    check_work_dir(cfg.work_dir)
-    cfg.load_from = checkpoint
-    drop_training(cfg)
-    check_data_roots(cfg, ('test_dataloader', ))
-    if prepare is not None:
-        prepare(cfg)
-    return Runner.from_cfg(cfg)
 
 
 class RunnerEvaluation:

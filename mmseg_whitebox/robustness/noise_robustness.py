@@ -17,10 +17,12 @@ from __future__ import annotations
 import os.path as osp
 from typing import Any, Callable, Dict, Optional
 
+from mmseg_whitebox.engine.runner_config import (build_test_runner,
+                                                 runner_config)
+from mmseg_whitebox.engine.config_checks import reported_errors
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
-from mmseg_whitebox.utils.input_checks import reported_errors
 from mmseg_whitebox.utils.tool_error import ToolError
-from .evaluation import RunnerEvaluation, build_test_runner
+from .evaluation import RunnerEvaluation
 from .groups import group_selections
 from .plotting import load_results, plot_robustness, result_label
 from .selection import select_layers
@@ -53,8 +55,9 @@ def run_noise_sweep(config: str,
     out = options.out_dir(config)
     ResultStore.check_out_dir(out, options.resume)
 
-    runner = build_test_runner(config, checkpoint, options.cfg_options,
-                               options.work_dir, options.launcher)
+    runner = build_test_runner(
+        runner_config(config, options.cfg_options, options.work_dir,
+                      options.launcher), checkpoint)
     runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)

@@ -19,7 +19,7 @@ import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from mmseg_whitebox.utils.atomic import read_json, save_figure
-from mmseg_whitebox.utils.tool_error import MissingInputError
+from mmseg_whitebox.utils.tool_error import InputError
 from .groups import group_of
 from .summary import (attention_unused, fmt, fmt_sigma50,
                       summarize_results)
@@ -38,13 +38,12 @@ def load_results(folder: str) -> Results:
     """The ``results.json`` of the sweep folder ``folder``.
 
     Raises:
-        MissingInputError: (a ``FileNotFoundError``) if there is none;
-        BadFileError: if it is not readable JSON.
+        InputError: if there is none, or it is not readable JSON.
     """
     path = osp.join(folder, 'results.json')
     if not osp.isfile(path):
-        raise MissingInputError(f'{path} not found: {folder} is not the '
-                                'output folder of a noise sweep')
+        raise InputError(f'{path} not found: {folder} is not the '
+                         'output folder of a noise sweep')
     return read_json(path, 'results of a noise sweep')
 
 

@@ -42,7 +42,7 @@ from mmseg_whitebox.models.attention_sites import (AttentionAblation,
 from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
-from mmseg_whitebox.utils.tool_error import InputError, OutputExistsError
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 from .metrics import Evaluate
 from .perturbation import ParameterNoise
 from .resume import setup_differences, with_config_digest
@@ -126,7 +126,7 @@ class ResultStore:
         if is_main_process():
             try:
                 store = cls(out_dir, setup, resume)
-            except (FileExistsError, ValueError) as exc:
+            except (ToolError, ValueError) as exc:
                 error = exc
         shared = [error, store.data]
         broadcast_object_list(shared)
@@ -138,14 +138,14 @@ class ResultStore:
     @staticmethod
     def check_out_dir(out_dir: Optional[str],
                       resume: bool = False) -> Optional[RunLock]:
-        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if ``out_dir`` already holds sweep
+        """Raise :class:`ToolError` if ``out_dir`` already holds sweep
         results and ``resume`` is off, a ``ToolError`` if it cannot be
         written or another run writes there (checked by the constructor
         too; a tool calls it before building a model); the folder's lock."""
         lock = lock_folder(out_dir) if out_dir else None  # one writer
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
-            raise OutputExistsError(
+            raise ToolError(
                 f'{out_dir} already holds sweep results; pass --resume '
                 '(resume=True) to continue them, or choose another output '
                 'folder')

@@ -18,7 +18,7 @@ import re
 import tempfile
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from mmseg_whitebox.utils.tool_error import BadFileError, OverwriteError
+from mmseg_whitebox.utils.tool_error import InputError
 
 
 @contextlib.contextmanager
@@ -65,7 +65,7 @@ def stale_temporaries(folder: str, suffix: str,
 
 def check_not_input(output: str, inputs: Sequence[str],
                     option: str = 'the output') -> None:
-    """Raise :class:`OverwriteError` if ``output`` is one of ``inputs``
+    """Raise :class:`InputError` if ``output`` is one of ``inputs``
     (the same file by another path included)."""
     for source in inputs:
         if not source:
@@ -74,7 +74,7 @@ def check_not_input(output: str, inputs: Sequence[str],
             osp.exists(source) and osp.exists(output)
             and osp.samefile(source, output))
         if same:
-            raise OverwriteError(
+            raise InputError(
                 f'{option} {output!r} is the input {source!r}: writing it '
                 'would destroy the input. Write to a new file (and rename '
                 'it afterwards if you want to replace the input)')
@@ -125,15 +125,17 @@ def save_figure(fig: Any, path: str, **kwargs: Any) -> None:
         fig.savefig(tmp, **kwargs)
 
 
-def read_json(path: str, what: str = 'results') -> Any:
-    """The JSON in ``path``; a truncated or damaged file is a
-    :class:`BadFileError` that names it (json names only a line)."""
+def read_json(path: str, what: str = 'results',
+              advice: str = 'Restore it from a copy, or move it away and '
+              'start again without --resume') -> Any:
+    """The JSON in ``path``, a file a user gave or a run of theirs wrote;
+    a truncated or damaged file is an :class:`InputError` that names it
+    (json names only a line) and ends with ``advice``."""
     try:
         with open(path, encoding='utf-8') as f:
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadFileError(
+        raise InputError(
             f'{path!r} is damaged ({exc}): it does not hold complete {what} '
-            '(cut off by a crash or a full disk, or edited). Restore it '
-            'from a copy, or move it away and start again without '
-            '--resume') from exc
+            f'(cut off by a crash or a full disk, or edited). {advice}') \
+            from exc

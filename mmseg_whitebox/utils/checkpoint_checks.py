@@ -6,8 +6,9 @@ another ``num_classes`` then evaluates to a meaningless mIoU, and NaN/Inf
 weights to "every pixel one class". Here such a load is an error that names
 the keys and the fix, unless partial loading is asked for explicitly:
 
-* :func:`check_checkpoint_file`: empty files and files that are not torch
-  checkpoints at all (a text/HTML file) get their own message;
+* :func:`check_checkpoint` / :func:`check_checkpoint_file`: missing and
+  empty files, truncated ones and files that are not torch checkpoints at
+  all (a text/HTML file) get their own message;
 * :func:`check_state_dict`: missing/unexpected/size-mismatched keys and
   non-finite weights;
 * :func:`load_checkpoint` / :func:`init_model`: the checked counterparts of
@@ -26,29 +27,13 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 from mmengine.logging import print_log
 
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import InputError
 
 #: how many keys an error message lists
 SHOWN = 5
 #: the first bytes of the two formats ``torch.save`` writes
 _ZIP_MAGIC = b'PK\x03\x04'
 _PICKLE_PROTO = b'\x80'
-
-
-class CheckpointError(ToolError, ValueError):
-    """A checkpoint that would load wrongly or not at all."""
-
-
-class CheckpointFileError(CheckpointError):
-    """The file is not a readable torch checkpoint."""
-
-
-class CheckpointMismatchError(CheckpointError):
-    """The checkpoint's keys or shapes do not match the model."""
-
-
-class NonFiniteWeightsError(CheckpointError):
-    """The checkpoint holds NaN/Inf weights."""
 
 
 def check_checkpoint_file(filename: str) -> None:
@@ -59,7 +44,7 @@ def check_checkpoint_file(filename: str) -> None:
         return
     size = os.path.getsize(filename)
     if size == 0:
-        raise CheckpointFileError(
+        raise InputError(
             f'checkpoint {filename!r} is empty (0 bytes): the save or the '
             'download was interrupted. Use another checkpoint (e.g. an '
             'earlier iter_*.pth in the work dir) or download it again')
@@ -67,9 +52,10 @@ def check_checkpoint_file(filename: str) -> None:
         head = f.read(64)
     if head.startswith(_ZIP_MAGIC):
         if zipfile.is_zipfile(filename):
+            _check_zip_members(filename)
             return
         # torch's zip format with its end cut off (its header is ASCII)
-        raise CheckpointFileError(
+        raise InputError(
             f'checkpoint {filename!r} is truncated ({size} bytes; a torch '
             'zip file without its end): the save, download or copy was '
             'interrupted. Use another checkpoint (e.g. an earlier '
@@ -80,10 +66,38 @@ def check_checkpoint_file(filename: str) -> None:
     looks = ('an HTML page (a failed or redirected download?)'
              if re.search(r'<(!doctype|html|\?xml)', text, re.I) else
              'a text file' if head.isascii() else 'another kind of file')
-    raise CheckpointFileError(
+    raise InputError(
         f'{filename!r} is not a PyTorch checkpoint: it starts with '
         f'{head[:24]!r}, {looks}. Pass the .pth file that tools/train.py '
         'wrote (WORK_DIR/iter_*.pth) or download the checkpoint again')
+
+
+def _check_zip_members(filename: str) -> None:
+    """Every member of a torch zip checkpoint reads back with its CRC (a
+    copy damaged inside, which torch reports as ``PytorchStreamReader
+    failed reading zip archive``)."""
+    try:
+        with zipfile.ZipFile(filename) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        bad = f'{type(exc).__name__}: {exc}'
+    if bad is not None:
+        raise InputError(
+            f'checkpoint {filename!r} is damaged (unreadable part: {bad}): '
+            'it was not written or copied completely (a crash, a full disk '
+            'or an interrupted copy). Use another copy, or an earlier '
+            'iter_*.pth in the work dir')
+
+
+def check_checkpoint(path: Optional[str]) -> None:
+    """A local checkpoint exists and is a complete torch file (empty,
+    truncated and text files are named as such, before a model is
+    built); a URL is left to the loader."""
+    if not path:
+        return
+    if '://' not in path and not os.path.isfile(path):
+        raise InputError(f'checkpoint {path!r} does not exist')
+    check_checkpoint_file(path)
 
 
 def state_dict_of(checkpoint: Mapping[str, Any]) -> Dict[str, Any]:
@@ -182,7 +196,7 @@ def check_state_dict(model: torch.nn.Module,
             'numbers. Use the config it was trained with, or pass '
             f'{partial_flag} to load the matching weights anyway (the rest '
             'keep their initialisation)')
-        _refuse_unless(allow_partial, CheckpointMismatchError,
+        _refuse_unless(allow_partial, InputError,
                        'partial checkpoint load', message)
     bad = nonfinite_weights(state_dict)
     if bad:
@@ -197,7 +211,7 @@ def check_state_dict(model: torch.nn.Module,
             'diverged (lower the learning rate, clip gradients). Use an '
             f'earlier checkpoint, or pass {nonfinite_flag} to evaluate it '
             'anyway')
-        _refuse_unless(allow_nonfinite, NonFiniteWeightsError,
+        _refuse_unless(allow_nonfinite, InputError,
                        'non-finite weights', message)
 
 

@@ -33,31 +33,6 @@ class InputError(ToolError, ValueError):
     check, so that a ``ValueError`` from anywhere else stays a bug."""
 
 
-class MissingInputError(ToolError, FileNotFoundError):
-    """An input file or folder that does not exist, found by a function
-    of the package: a ``FileNotFoundError`` to callers of the package, a
-    :class:`ToolError` to the tools."""
-
-
-class BadFileError(InputError):
-    """A file that cannot be read as what it should be (truncated, empty,
-    another format); the message names the file and what to do."""
-
-
-class OverwriteError(InputError):
-    """A tool was asked to write over one of its own inputs."""
-
-
-class OutputExistsError(ToolError, FileExistsError):
-    """An output folder already holds results that a run would write over
-    (without ``--resume``)."""
-
-
-class MissingExtraError(ToolError, ImportError):
-    """A feature needs an optional package that is not installed; the
-    message says how to install it."""
-
-
 class CheckFailedError(Exception):
     """A tool did its work and the result failed the tool's own check (an
     exported graph that disagrees with PyTorch): reported as

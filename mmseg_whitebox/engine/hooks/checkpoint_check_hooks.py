@@ -9,10 +9,10 @@ from typing import Any
 from mmengine.hooks import Hook
 from mmseg.registry import HOOKS
 
-from mmseg_whitebox.utils.checkpoint_checks import (CheckpointMismatchError,
-                                                    check_state_dict,
+from mmseg_whitebox.utils.checkpoint_checks import (check_state_dict,
                                                     compare_state_dict,
                                                     state_dict_of)
+from mmseg_whitebox.utils.tool_error import InputError
 
 
 @HOOKS.register_module()
@@ -71,7 +71,7 @@ class ResumeCheckHook(Hook):
             (unexpected, 'not in the model')) if keys)
         first = (mismatched[0][0] if mismatched else
                  (missing or unexpected)[0])
-        raise CheckpointMismatchError(
+        raise InputError(
             f'--resume: {source!r} is a checkpoint of another model '
             f'(weights {counts}, e.g. {first}): the work dir '
             f'{runner.work_dir!r} belongs to another config. Give this '

@@ -1,8 +1,8 @@
 """Loss computations: mmseg's decode-head loss in bands of label rows."""
-from .banded_cross_entropy import (DEFAULT_BAND_ROWS, BandedLossError,
+from .banded_cross_entropy import (DEFAULT_BAND_ROWS,
                                    banded_loss_by_feat, check_banded_loss)
 
 __all__ = [
-    'DEFAULT_BAND_ROWS', 'BandedLossError', 'banded_loss_by_feat',
+    'DEFAULT_BAND_ROWS', 'banded_loss_by_feat',
     'check_banded_loss'
 ]

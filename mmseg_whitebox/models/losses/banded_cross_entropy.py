@@ -40,7 +40,7 @@ from mmseg.utils import SampleList
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.utils.tool_error import InputError
 
 #: label rows per band by default (at 1024 columns, 150 classes, float32
 #: and batch 2: 78 MB per band-sized buffer)
@@ -48,11 +48,6 @@ DEFAULT_BAND_ROWS = 64
 #: mmseg's guard against a zero divisor (losses/utils.py weight_reduce_loss,
 #: losses/accuracy.py)
 MMSEG_EPS = torch.finfo(torch.float32).eps
-
-
-class BandedLossError(ToolError, ValueError):
-    """A head or setting the banded loss cannot compute as mmseg does (a
-    config error: the tools print its message as one line)."""
 
 
 def decode_losses(head: BaseDecodeHead) -> List[nn.Module]:
@@ -76,7 +71,7 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
     onedl-mmsegmentation 1.4.2 takes the labels not ignored ('kept', False)
     and fails with ``avg_non_ignore``. Found by running it on two pixels,
     so that the banded loss follows the mmseg that is installed;
-    :class:`BandedLossError` where that mmseg fails."""
+    :class:`InputError` where that mmseg fails."""
     from mmseg.models.losses.cross_entropy_loss import cross_entropy
     pred = torch.zeros(1, 2, 1, 2, dtype=torch.float64)
     weight = torch.tensor([1., 3.], dtype=torch.float64)
@@ -87,7 +82,7 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
                              class_weight=weight, reduction='mean',
                              ignore_index=1, avg_non_ignore=avg_non_ignore)
     except (IndexError, RuntimeError) as exc:
-        raise BandedLossError(
+        raise InputError(
             'the installed mmseg cannot average a class-weighted '
             f'cross-entropy with avg_non_ignore={avg_non_ignore} '
             f'({type(exc).__name__}: {exc}), so neither can the banded '
@@ -98,7 +93,7 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
     elif math.isclose(divisor, 1.0, rel_tol=1e-9):
         pixels = 'kept'
     else:
-        raise BandedLossError(
+        raise InputError(
             'the installed mmseg averages a class-weighted cross-entropy in '
             'a way the banded loss does not know (divisor '
             f'{divisor} for weights 1 and 3)')
@@ -113,39 +108,39 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
 
 
 def check_banded_loss(head: nn.Module) -> None:
-    """:class:`BandedLossError` saying why the banded loss cannot stand in
+    """:class:`InputError` saying why the banded loss cannot stand in
     for ``head``'s: it computes ``BaseDecodeHead.loss_by_feat`` with softmax
     ``CrossEntropyLoss`` entries and no pixel sampler, nothing else."""
     name = type(head).__name__
     if not isinstance(head, BaseDecodeHead):
-        raise BandedLossError(f'{name} is not an mmseg BaseDecodeHead')
+        raise InputError(f'{name} is not an mmseg BaseDecodeHead')
     for method in ('loss', 'loss_by_feat'):
         if getattr(type(head), method) is not getattr(BaseDecodeHead,
                                                       method):
-            raise BandedLossError(
+            raise InputError(
                 f'{name} overrides BaseDecodeHead.{method}; the banded loss '
                 'computes only BaseDecodeHead.loss_by_feat\'s loss')
     if head.sampler is not None:
-        raise BandedLossError(
+        raise InputError(
             f'{name} has a pixel sampler ({type(head.sampler).__name__}), '
             'which weighs pixels from the full-resolution logits; the '
             'banded loss does not support one')
     for loss in decode_losses(head):
         what = f'{name}.loss_decode {type(loss).__name__}'
         if type(loss) is not CrossEntropyLoss:
-            raise BandedLossError(f'{what}: the banded loss computes '
-                                  'mmseg\'s CrossEntropyLoss only')
+            raise InputError(f'{what}: the banded loss computes '
+                             'mmseg\'s CrossEntropyLoss only')
         if loss.use_sigmoid or loss.use_mask:
-            raise BandedLossError(f'{what}: use_sigmoid/use_mask; the banded '
-                                  'loss computes the softmax cross-entropy '
-                                  'only')
+            raise InputError(f'{what}: use_sigmoid/use_mask; the banded '
+                             'loss computes the softmax cross-entropy '
+                             'only')
         if loss.reduction not in ('mean', 'sum'):
-            raise BandedLossError(f'{what}: reduction {loss.reduction!r}; '
-                                  "the banded loss reduces with 'mean' or "
-                                  "'sum'")
+            raise InputError(f'{what}: reduction {loss.reduction!r}; '
+                             "the banded loss reduces with 'mean' or "
+                             "'sum'")
         if loss.class_weight is not None:
             if len(loss.class_weight) != head.out_channels:
-                raise BandedLossError(
+                raise InputError(
                     f'{what}: {len(loss.class_weight)} class weights for '
                     f'{head.out_channels} classes')
             if loss.reduction == 'mean':
@@ -337,7 +332,7 @@ def banded_loss_by_feat(head: BaseDecodeHead, seg_logits: Tensor,
     least (mmseg resizes in the logits' dtype: they differ to bfloat16's
     precision for bfloat16 logits under autocast)."""
     if int(rows) < 1:
-        raise BandedLossError(f'rows must be positive, got {rows}')
+        raise InputError(f'rows must be positive, got {rows}')
     labels = head._stack_batch_gt(batch_data_samples).squeeze(1)
     ignore_index = head.ignore_index
     dtype = torch.promote_types(seg_logits.dtype, torch.float32)

@@ -23,7 +23,9 @@ from mmseg.registry import MODELS
 from mmseg.utils import SampleList, add_prefix
 from torch import Tensor, nn
 
-from ..losses import (DEFAULT_BAND_ROWS, BandedLossError, banded_loss_by_feat,
+from mmseg_whitebox.utils.tool_error import InputError
+
+from ..losses import (DEFAULT_BAND_ROWS, banded_loss_by_feat,
                       check_banded_loss)
 
 
@@ -46,14 +48,14 @@ class BandedLossEncoderDecoder(EncoderDecoder):
         super().__init__(*args, **kwargs)
         if loss_band_rows is not None:
             if int(loss_band_rows) <= 0:
-                raise BandedLossError('loss_band_rows must be positive, '
-                                      f'got {loss_band_rows}')
+                raise InputError('loss_band_rows must be positive, '
+                                 f'got {loss_band_rows}')
             loss_band_rows = int(loss_band_rows)
             for name, head in self._loss_heads():
                 try:
                     check_banded_loss(head)
-                except BandedLossError as exc:
-                    raise BandedLossError(
+                except InputError as exc:
+                    raise InputError(
                         f'loss_band_rows: {name}: {exc}; set '
                         'loss_band_rows=None (or model.type='
                         'EncoderDecoder) to keep mmseg\'s loss') from exc

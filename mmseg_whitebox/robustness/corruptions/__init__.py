@@ -34,7 +34,7 @@ Modules: :mod:`.library` (the adapter, names, severities),
 change, the resumable store and the evaluation loop).
 """
 from mmseg_whitebox.datasets.corruption_library import (
-    GROUPS, INSTALL_HINT, SEVERITIES, CorruptionError, check_severities,
+    GROUPS, INSTALL_HINT, SEVERITIES, check_severities,
     corruption_names, load_imagecorruptions, resolve_corruptions)
 from mmseg_whitebox.datasets.corruption_transform import (ImageCorruption,
                                                           corrupt_image,
@@ -48,7 +48,7 @@ from .report import (corruption_summary, markdown_table, plot_corruptions,
 
 __all__ = [
     'GROUPS', 'INSTALL_HINT', 'SEVERITIES', 'CorruptionBenchmark',
-    'CorruptionError', 'CorruptionOptions', 'CorruptionStore',
+    'CorruptionOptions', 'CorruptionStore',
     'ImageCorruption',
     'build_corruption_runner', 'check_severities', 'corrupt_image',
     'corruption_names', 'corruption_summary', 'find_corruption_transforms',

@@ -8,16 +8,16 @@ import os.path as osp
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from mmseg_whitebox.datasets.corruption_library import (CorruptionError,
-                                                        SEVERITIES)
+from mmseg_whitebox.engine.runner_config import (build_test_runner,
+                                                 runner_config)
+from mmseg_whitebox.datasets.corruption_library import SEVERITIES
 from mmseg_whitebox.datasets.corruption_transform import ImageCorruption
 from mmseg_whitebox.utils.atomic import (read_json, write_csv, write_json,
                                          write_text)
-from mmseg_whitebox.utils.input_checks import (check_writable_folder,
-                                               dataset_configs)
-from mmseg_whitebox.utils.tool_error import OutputExistsError
+from mmseg_whitebox.engine.config_checks import dataset_configs
+from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
-from ..evaluation import build_test_runner
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 from ..resume import setup_differences, with_config_digest
 from .report import (corruption_summary, markdown_table, plot_corruptions,
                      table_rows)
@@ -45,21 +45,21 @@ def insert_corruption_transform(cfg: Any, seed: int = 0,
     evaluations.
 
     Raises:
-        CorruptionError: a pipeline without ``LoadImageFromFile``, or one
+        InputError: a pipeline without ``LoadImageFromFile``, or one
             that already has an ``ImageCorruption``.
     """
     loader_cfg = cfg.get(loader, None)
     if not loader_cfg or 'dataset' not in loader_cfg:
-        raise CorruptionError(f'the config has no {loader} with a dataset')
+        raise InputError(f'the config has no {loader} with a dataset')
     n = 0
     for pipeline in _pipelines(loader_cfg['dataset']):
         names = [_type_name(step) for step in pipeline]
         if 'ImageCorruption' in names:
-            raise CorruptionError(
+            raise InputError(
                 f'the {loader} pipeline already has an ImageCorruption; '
                 'remove it: the benchmark inserts its own')
         if 'LoadImageFromFile' not in names:
-            raise CorruptionError(
+            raise InputError(
                 f'the {loader} pipeline has no LoadImageFromFile to put the '
                 f'corruption after (its steps: {", ".join(names)})')
         pipeline.insert(names.index('LoadImageFromFile') + 1,
@@ -67,7 +67,7 @@ def insert_corruption_transform(cfg: Any, seed: int = 0,
                              seed=seed))
         n += 1
     if not n:
-        raise CorruptionError(f'the {loader} dataset has no pipeline')
+        raise InputError(f'the {loader} dataset has no pipeline')
     loader_cfg['persistent_workers'] = False
     return n
 
@@ -124,7 +124,7 @@ class CorruptionStore:
             diff = setup_differences(data.get('setup', {}), setup,
                                      self.MUST_MATCH)
             if diff:
-                raise CorruptionError(
+                raise InputError(
                     f'cannot resume {out_dir}: it was made with different '
                     'settings (' + '; '.join(diff) + ')')
             data.setdefault('setup', {}).update(setup)
@@ -137,13 +137,13 @@ class CorruptionStore:
     @staticmethod
     def check_out_dir(out_dir: Optional[str],
                       resume: bool = False) -> Optional[RunLock]:
-        """Raise :class:`OutputExistsError` (a ``FileExistsError``) if ``out_dir`` holds results and
+        """Raise :class:`ToolError` if ``out_dir`` holds results and
         ``resume`` is off, a ``ToolError`` if another run writes there (a
         tool calls it before building a model); the folder's lock."""
         lock = lock_folder(out_dir) if out_dir else None  # one writer
         if (out_dir and not resume
                 and osp.isfile(osp.join(out_dir, 'results.json'))):
-            raise OutputExistsError(
+            raise ToolError(
                 f'{out_dir} already holds corruption results; pass --resume '
                 'to continue them, or choose another output folder (--out)')
         if out_dir:
@@ -252,7 +252,7 @@ class CorruptionBenchmark:
                  store: CorruptionStore,
                  on_progress: Optional[Any] = None) -> None:
         if not transforms:
-            raise CorruptionError(
+            raise InputError(
                 'no ImageCorruption in the test pipeline (see '
                 'insert_corruption_transform)')
         self.evaluate = evaluate
@@ -278,7 +278,7 @@ class CorruptionBenchmark:
         metrics = self.evaluate()
         metric = self.store.metric
         if metric not in metrics:
-            raise CorruptionError(
+            raise InputError(
                 f'the test evaluator reports {sorted(metrics)}, not '
                 f'{metric!r}; use IoUMetric with iou_metrics=[\'mIoU\']')
         out = {k: float(metrics[k]) for k in self.KEEP if k in metrics}
@@ -311,9 +311,10 @@ def build_corruption_runner(config: str, checkpoint: str,
                             cfg_options: Optional[dict] = None,
                             work_dir: Optional[str] = None,
                             seed: int = 0) -> Any:
-    """A Runner set up as ``tools/test.py`` sets it up (as
-    :func:`~..evaluation.build_test_runner`), with :class:`ImageCorruption`
-    inserted after ``LoadImageFromFile`` in the test pipeline."""
+    """A Runner set up as ``tools/test.py`` sets it up
+    (:func:`~mmseg_whitebox.engine.runner_config.build_test_runner`), with
+    :class:`ImageCorruption` inserted after ``LoadImageFromFile`` in the
+    test pipeline."""
     return build_test_runner(
-        config, checkpoint, cfg_options, work_dir,
+        runner_config(config, cfg_options, work_dir), checkpoint,
         prepare=lambda cfg: insert_corruption_transform(cfg, seed))

@@ -14,7 +14,8 @@ from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
                                                         check_severities,
                                                         resolve_corruptions)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
-from mmseg_whitebox.utils.input_checks import check_checkpoint, reported_errors
+from mmseg_whitebox.engine.config_checks import reported_errors
+from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.tool_error import ToolError
 from ..evaluation import RunnerEvaluation
 from .benchmark import (CorruptionBenchmark, CorruptionStore,
@@ -57,11 +58,11 @@ class CorruptionOptions:
         """The settings' one check (called when the options are made; call
         it again after changing a field): ``corruptions`` resolved to
         names, groups expanded (this needs the imagecorruptions package:
-        :class:`~mmseg_whitebox.utils.tool_error.MissingExtraError`
+        :class:`~mmseg_whitebox.utils.tool_error.ToolError`
         without it), ``severities`` to sorted ints.
 
         Raises:
-            CorruptionError: naming the flag.
+            InputError: naming the flag.
         """
         self.corruptions = resolve_corruptions(self.corruptions,
                                                '--corruptions')

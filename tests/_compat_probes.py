@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import sys
+import types
 from typing import Any, Dict, Iterator
 
 import numpy as np
@@ -171,9 +172,18 @@ def resume_outcome() -> Dict[str, Any]:
 
 def load_compat_alone() -> Any:
     """``mmseg_whitebox/compat.py`` loaded from its file, without the
-    package (whose ``__init__`` would apply every fix)."""
-    path = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), 'mmseg_whitebox', 'compat.py')
+    package (whose ``__init__`` would apply every fix): the package and
+    its ``utils`` stand in as bare namespaces over their folders, so the
+    modules compat imports load without any ``__init__``."""
+    root = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), 'mmseg_whitebox')
+    for name, folder in (('mmseg_whitebox', root),
+                         ('mmseg_whitebox.utils', os.path.join(root,
+                                                               'utils'))):
+        package = types.ModuleType(name)
+        package.__path__ = [folder]
+        sys.modules[name] = package
+    path = os.path.join(root, 'compat.py')
     spec = importlib.util.spec_from_file_location('mmseg_whitebox.compat',
                                                   path)
     module = importlib.util.module_from_spec(spec)

@@ -14,6 +14,7 @@ set-up (their flags: ``mmseg_whitebox.cli.options.add_measurement_args``).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import glob
 import os
@@ -21,10 +22,12 @@ import os.path as osp
 import platform
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 import torch
 
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .memory import available_memory, proc_field
 from . import report as reporting
@@ -226,14 +229,16 @@ def machine(device: torch.device) -> Dict:
     return facts
 
 
+@contextlib.contextmanager
 def start_report(out: str, device: torch.device, what: str,
-                 amp: Optional[str]) -> Dict:
-    """Create the report folder ``out``, print the line naming the machine
-    and ``what`` is benchmarked; the machine's facts."""
-    os.makedirs(out, exist_ok=True)
-    facts = machine(device)
-    print(machine_line(facts, what, amp))
-    return facts
+                 amp: Optional[str]) -> Iterator[Dict]:
+    """The report folder ``out``, locked for the block (one run writes
+    there at a time); prints the line naming the machine and ``what`` is
+    benchmarked, and gives the machine's facts."""
+    with lock_folder(out, '--out'):
+        facts = machine(device)
+        print(machine_line(facts, what, amp))
+        yield facts
 
 
 def machine_line(facts: Dict, what: str, amp: Optional[str]) -> str:

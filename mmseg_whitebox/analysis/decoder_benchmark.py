@@ -24,7 +24,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
                         project_configs, start_report)
 from .complexity import decode_head_complexity
@@ -251,9 +250,8 @@ def run_decoder_benchmark(out: str,
     built, info = build_heads(list(heads), encoder, torch_device,
                               options.seed,
                               config_root or project_configs())
-    with lock_folder(out, '--out'):  # one run writes there at a time
-        facts = start_report(out, torch_device, f'ViT-{encoder} features',
-                             options.amp)
+    with start_report(out, torch_device, f'ViT-{encoder} features',
+                      options.amp) as facts:
         history: Dict[str, List[Dict]] = {}
         return BENCHMARK.run(
             out, sizes, lambda size: measure_size(

@@ -18,7 +18,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
                         prepare_run, project_configs, start_report)
 from .complexity import flop_analyzer
@@ -157,9 +156,8 @@ def run_encoder_benchmark(out: str,
     models = build_segmentors(list(encoders), size, torch_device,
                               options.seed,
                               config_root or project_configs())
-    with lock_folder(out, '--out'):  # one run writes there at a time
-        facts = start_report(out, torch_device, f'size {size.upper()}',
-                             options.amp)
+    with start_report(out, torch_device, f'size {size.upper()}',
+                      options.amp) as facts:
         history: Dict[str, List[Dict]] = {}
         return BENCHMARK.run(
             out, sizes, lambda image_size: measure_size(

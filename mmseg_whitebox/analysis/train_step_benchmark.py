@@ -25,7 +25,6 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json
-from mmseg_whitebox.utils.run_lock import lock_folder
 from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
                         prepare_run, project_configs, start_report)
 from .memory import peak_memory, skipped
@@ -203,12 +202,11 @@ def run_train_step_benchmark(out: str,
                             options.seed,
                             config_root or project_configs(), with_cp,
                             banded_loss)
-    with lock_folder(out, '--out'):  # one run writes there at a time
-        facts = start_report(
-            out, torch_device, f'size {size.upper()}, batch {batch}'
-            + (', with_cp' if with_cp else '')
-            + (f', banded loss {banded_loss} rows' if banded_loss else ''),
-            options.amp)
+    with start_report(
+        out, torch_device, f'size {size.upper()}, batch {batch}'
+        + (', with_cp' if with_cp else '')
+        + (f', banded loss {banded_loss} rows' if banded_loss else ''),
+        options.amp) as facts:
         setup = dict(machine=facts, size=size, batch=batch, with_cp=with_cp,
                      banded_loss=banded_loss, amp=options.amp)
         history: Dict[str, List[Dict]] = {}

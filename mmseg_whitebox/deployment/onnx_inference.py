@@ -18,7 +18,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from mmseg_whitebox.utils.input_checks import check_image_file
-from mmseg_whitebox.utils.tool_error import InputError
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 from mmseg_whitebox.visualization.images import (check_opacity, list_images,
                                                  lock_outputs, output_paths)
 from mmseg_whitebox.visualization.overlay import overlay_figure

@@ -46,10 +46,11 @@ import cv2
 import numpy as np
 
 try:
+    from ..utils.tool_error import InputError
     from ..utils.windows import slide_windows
 except ImportError:  # copied out of the package, beside utils/windows.py
     from windows import slide_windows
-from mmseg_whitebox.utils.tool_error import InputError
+    InputError = ValueError  # what the package's InputError also is
 
 #: version of the metadata the exporter writes and this module reads;
 #: graphs with another version (or none) are refused with advice

@@ -13,6 +13,10 @@
 #                  onedl-mmengine 0.10 / onedl-mmcv 2.3 without compiled
 #                  ops, numpy 2 (.venv-onedl, constraints-onedl.txt);
 #                  e.g. make test STACK=onedl
+#   STACK=legacy   mmseg 1.2.2's own recommended stack: torch 2.1.2 (the
+#                  package index's build), numpy 1.26, mmcv-lite 2.1.0,
+#                  mmsegmentation 1.2.2, mmengine 0.10.7 (.venv-legacy,
+#                  constraints-legacy.txt)
 #
 # GPU users with their own CUDA torch in the venv: make test CONSTRAINTS=
 PYTHON ?= python3.11
@@ -20,11 +24,20 @@ STACK ?= default
 ifeq ($(STACK),default)
 VENV ?= .venv
 STACK_CONSTRAINTS := constraints.txt
+TORCH_PIN := torch==2.13.0
+INSTALL := install_default
 else ifeq ($(STACK),onedl)
 VENV ?= .venv-onedl
 STACK_CONSTRAINTS := constraints-onedl.txt
+TORCH_PIN := torch==2.13.0
+INSTALL := install_onedl
+else ifeq ($(STACK),legacy)
+VENV ?= .venv-legacy
+STACK_CONSTRAINTS := constraints-legacy.txt
+TORCH_PIN := torch==2.1.2
+INSTALL := install_default
 else
-$(error STACK=$(STACK): choose STACK=default or STACK=onedl)
+$(error STACK=$(STACK): choose STACK=default, STACK=onedl or STACK=legacy)
 endif
 CONSTRAINTS ?= $(STACK_CONSTRAINTS)
 PY := $(VENV)/bin/python
@@ -71,8 +84,8 @@ endef
 $(STAMP): $(PY) requirements.txt $(STACK_CONSTRAINTS) pyproject.toml
 	@# torch first and alone, so pip takes the CPU build (see constraints.txt);
 	@# an existing torch (e.g. a CUDA build) is kept
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) torch==2.13.0
-	$(install_$(STACK))
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(PIP_C) $(TORCH_PIN)
+	$($(INSTALL))
 	$(PY) -c "import mmseg_whitebox, mmseg.models; print('mmseg_whitebox', mmseg_whitebox.__version__, 'compat:', mmseg_whitebox.compat.STATUS)"
 	@echo "import order: import mmseg_whitebox before timm/torchvision/mmseg.apis"
 	touch $(STAMP)

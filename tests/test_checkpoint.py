@@ -38,7 +38,12 @@ def training_state(local_types=True):
         'message_hub': {'log_scalars': {'train/loss': buf},
                         'runtime_info': {'arr': np.arange(6).reshape(2, 3),
                                          'tags': {'x', 'y'},
-                                         'obj': np.array([None, 'a'])},
+                                         'obj': np.array([None, 'a']),
+                                         'raw': b'\x00\xff', 'empty': b'',
+                                         'z': 1 + 2j,
+                                         'dtypes': [torch.bfloat16,
+                                                    torch.bool],
+                                         'device': torch.device('cpu')},
                         'resumed_keys': {'train/loss': True}},
         'optimizer': {'param_groups': [{'betas': (0.9, 0.999)}]},
     }
@@ -62,6 +67,37 @@ def test_encoded_state_loads_weights_only_and_round_trips(tmp_path):
     assert_same(state, decode_checkpoint(loaded))
     # plain tuples of plain data stay tuples even without decoding
     assert loaded['meta']['dataset_meta']['classes'] == ('a', 'b')
+
+
+#: the globals torch 2.1's weights-only loader allows (the oldest torch the
+#: package supports; torch/_weights_only_unpickler.py there) besides its
+#: tensor, storage and rebuild functions
+TORCH21_GLOBALS = {'collections OrderedDict', 'torch Size', 'torch Tensor',
+                   'torch.nn.parameter Parameter',
+                   'torch.serialization _get_layout'} | {
+    f'torch {name}' for name in (
+        'complex32', 'complex64', 'complex128', 'float16', 'float32',
+        'float64', 'int8', 'int16', 'int32', 'int64')}
+
+
+def test_encoded_state_needs_only_what_torch_2_1_loads(tmp_path):
+    """Every global the encoded pickle names is on torch 2.1's allow-list
+    (no ``_codecs.encode`` for bytes, no ``torch.device``): checked on any
+    torch, so the default stack catches what the legacy stack would."""
+    import pickletools
+    import zipfile
+    path = tmp_path / 'safe.pth'
+    torch.save(encode_checkpoint(training_state()), path)
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith('data.pkl'))
+        ops = list(pickletools.genops(archive.read(name)))
+    names = {arg for op, arg, _ in ops if op.name == 'GLOBAL'}
+    allowed = TORCH21_GLOBALS | {n for n in names if n.startswith(
+        ('torch._utils _rebuild_', 'torch._tensor _rebuild_from_type_v2'))
+        or (n.startswith('torch ') and n.endswith('Storage'))}
+    assert names <= allowed, names - allowed
+    assert not {op.name for op, _, _ in ops} & {
+        'BINBYTES', 'SHORT_BINBYTES', 'BINBYTES8', 'STACK_GLOBAL'}
 
 
 def test_mmengine_loader_decodes_and_refuses_unsafe(tmp_path):

@@ -8,6 +8,11 @@ the state is stored as plain data instead: :func:`encode_checkpoint` turns
 every such object into a small tagged dict of primitives and tensors, and
 :func:`decode_checkpoint` rebuilds the objects after a weights-only load.
 Decoding only ever constructs the few types below from primitive data.
+
+"Plain data" is what the weights-only loader of the oldest supported torch
+(2.1) accepts: no ``bytes`` (pickled as ``_codecs.encode``), no ``complex``,
+no ``torch.device`` and only some ``torch.dtype`` values, so those are
+tagged too (bytes as a ``uint8`` tensor).
 """
 from __future__ import annotations
 
@@ -20,8 +25,7 @@ import torch
 
 TAG = '__mmseg_whitebox_type__'
 
-_PRIMITIVES = (str, bytes, int, float, bool, complex, type(None),
-               torch.Tensor, torch.Size, torch.dtype, torch.device)
+_PRIMITIVES = (str, int, float, bool, type(None), torch.Tensor, torch.Size)
 
 
 def _history_buffer_cls():
@@ -51,12 +55,19 @@ def _encode_ndarray(arr: np.ndarray) -> Dict[str, Any]:
         return {TAG: 'ndarray_object', 'shape': list(arr.shape),
                 'items': [_encode(x, 'ndarray item') for x in arr.ravel()]}
     return {TAG: 'ndarray', 'dtype': arr.dtype.str, 'shape': list(arr.shape),
-            'bytes': arr.tobytes()}
+            'data': _bytes_tensor(arr.tobytes())}
 
 
 def _decode_ndarray(obj: Dict[str, Any]) -> np.ndarray:
-    flat = np.frombuffer(obj['bytes'], dtype=np.dtype(obj['dtype']))
+    flat = np.frombuffer(obj['data'].numpy().tobytes(),
+                         dtype=np.dtype(obj['dtype']))
     return flat.reshape(obj['shape']).copy()
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    if not data:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def _decode_ndarray_object(obj: Dict[str, Any]) -> np.ndarray:
@@ -81,6 +92,10 @@ _DECODERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     'np_scalar': _decode_np_scalar,
     'tuple': lambda obj: tuple(_decode(x) for x in obj['items']),
     'set': lambda obj: set(_decode(x) for x in obj['items']),
+    'bytes': lambda obj: obj['data'].numpy().tobytes(),
+    'complex': lambda obj: complex(obj['real'], obj['imag']),
+    'dtype': lambda obj: getattr(torch, obj['name']),
+    'device': lambda obj: torch.device(obj['name']),
 }
 
 
@@ -92,6 +107,14 @@ def _encode(obj: Any, path: str) -> Any:
         return _encode_np_scalar(obj)
     if isinstance(obj, _PRIMITIVES):
         return obj
+    if isinstance(obj, bytes):
+        return {TAG: 'bytes', 'data': _bytes_tensor(obj)}
+    if isinstance(obj, complex):
+        return {TAG: 'complex', 'real': obj.real, 'imag': obj.imag}
+    if isinstance(obj, torch.dtype):
+        return {TAG: 'dtype', 'name': str(obj).rpartition('.')[2]}
+    if isinstance(obj, torch.device):
+        return {TAG: 'device', 'name': str(obj)}
     if isinstance(obj, _history_buffer_cls()):
         return _encode_history_buffer(obj)
     if isinstance(obj, dict):

@@ -93,6 +93,16 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
+def skip_without_cpu_autocast(dtype: torch.dtype) -> None:
+    """Skip the calling test where this torch cannot autocast the CPU in
+    ``dtype`` (torch 2.1, the legacy stack: bfloat16 only)."""
+    import pytest
+    from mmseg_whitebox.ops.precision import autocast_problem
+    problem = autocast_problem('cpu', dtype)
+    if problem:
+        pytest.skip(problem)
+
+
 def run_tool(args: List[str], timeout: int = 600, check: bool = True,
              env: dict = None) -> subprocess.CompletedProcess:
     """Run ``python <args>`` from the repository root, as a user would

@@ -18,7 +18,7 @@ from mmseg_whitebox.analysis.decoder_benchmark import \
 from mmseg_whitebox.ops import CBSA, TSSA
 from mmseg_whitebox.utils.tool_error import InputError
 
-from _helpers import DEMO_MODELS, REPO, run_tool
+from _helpers import DEMO_MODELS, REPO, run_tool, skip_without_cpu_autocast
 
 BENCH = 'tools/analysis_tools/benchmark_decoders.py'
 
@@ -76,6 +76,7 @@ HEADS = {
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize('name', list(HEADS))
 def test_heads_run_under_autocast(name, dtype):
+    skip_without_cpu_autocast(dtype)
     torch.manual_seed(0)
     head = build_head(HEADS[name]).eval()
     feature = torch.randn(1, 48, 6, 9)

@@ -15,7 +15,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from mmseg_whitebox.ops.precision import autocast_problem
 from mmseg_whitebox.utils.amp import AMP_DTYPES
+from mmseg_whitebox.utils.tool_error import InputError
 
 # calls slower than this (seconds) are past any warm-up or cache effect
 SLOW_CALL = 1.0
@@ -34,6 +36,9 @@ def autocast(device: torch.device, amp: Optional[str]):
     if amp not in AMP_DTYPES:
         raise ValueError(f'amp must be one of {AMP_DTYPES}, got {amp!r}')
     dtype = getattr(torch, amp)
+    problem = autocast_problem(device.type, dtype)
+    if problem:
+        raise InputError(problem)
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 

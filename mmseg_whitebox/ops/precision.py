@@ -24,6 +24,7 @@ as before.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Iterator, Optional
 
 import torch
@@ -51,6 +52,23 @@ def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
         return (torch.get_autocast_gpu_dtype()
                 if torch.is_autocast_enabled() else None)
     return None  # no autocast query for other devices before torch 2.4
+
+
+def autocast_problem(device_type: str, dtype: torch.dtype) -> Optional[str]:
+    """Why this torch cannot autocast ``device_type`` in ``dtype``, or None.
+    torch 2.1's CPU autocast takes only bfloat16 (its ``__enter__`` raises
+    a RuntimeError for float16); the default stack's torch takes both."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')  # torch 2.1 warns, then raises
+            with torch.autocast(device_type, dtype=dtype):
+                pass
+    except RuntimeError:
+        return (f'torch {torch.__version__} cannot autocast on '
+                f'{device_type} in {str(dtype).rpartition(".")[2]} '
+                '(CPU float16 autocast needs a newer torch than 2.1; the '
+                'default stack\'s 2.13 has it): use bfloat16 there')
+    return None
 
 
 def float16_autocast(x: torch.Tensor) -> bool:

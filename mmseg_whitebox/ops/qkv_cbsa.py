@@ -113,9 +113,14 @@ class QKVCBSA(QKVProjection):
                                                   scale=self.scale)
         r_q, r_k, r_v = (reps + self.eta * gathered).split(p, dim=-1)
         contraction = self.contract(r_q, r_k, r_v)
-        # broadcast: every token queries the representatives' keys
-        out = F.scaled_dot_product_attention(q, r_k, self.kappa * contraction,
-                                             scale=self.scale)
+        # broadcast: every token queries the representatives' keys. Under
+        # autocast the step sizes make r_k and the contraction float32 while
+        # q is in the autocast dtype: newer torch autocasts the fused
+        # attention to q's dtype, torch 2.1 refuses mixed dtypes, so both
+        # are cast to q's dtype here (a no-op without autocast)
+        out = F.scaled_dot_product_attention(
+            q, r_k.to(q.dtype), (self.kappa * contraction).to(q.dtype),
+            scale=self.scale)
         return self.merge(out)
 
     def extra_repr(self) -> str:

@@ -103,6 +103,15 @@ def skip_without_cpu_autocast(dtype: torch.dtype) -> None:
         pytest.skip(problem)
 
 
+def needs_onnx_export():
+    """Skip mark for tests that export a graph, where this environment
+    cannot (the legacy stack's torch 2.1 has no dynamo exporter)."""
+    import pytest
+    from mmseg_whitebox.deployment.onnx_export import export_problem
+    problem = export_problem()
+    return pytest.mark.skipif(problem is not None, reason=problem or '')
+
+
 def run_tool(args: List[str], timeout: int = 600, check: bool = True,
              env: dict = None) -> subprocess.CompletedProcess:
     """Run ``python <args>`` from the repository root, as a user would

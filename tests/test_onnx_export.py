@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 
-from _helpers import REPO, demo_configs, run_tool
+from _helpers import REPO, demo_configs, needs_onnx_export, run_tool
+
+pytestmark = needs_onnx_export()
 
 EXPORT_HW = (128, 128)  # the demo configs' crop
 # non-square, and one whose sides are not multiples of the 8-pixel patch

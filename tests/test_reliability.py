@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from _helpers import (DEMO_SEGMENTER, REPO, raised_by, run_tool,
-                      small_run_options)
+from _helpers import (DEMO_SEGMENTER, REPO, needs_onnx_export, raised_by,
+                      run_tool, small_run_options)
 from fault_plugin import FAULT
 from test_converters import timm_layout_weights
 
@@ -130,6 +130,7 @@ def test_bug_in_a_sweep_is_an_internal_error(tiny_ade, weights, tmp_path):
     assert not (out / '.lock').exists()
 
 
+@needs_onnx_export()
 def test_bug_in_an_export_is_an_internal_error(weights, tmp_path):
     """No output folder: the log goes to the system's temporary folder;
     nothing is written at --out."""
@@ -282,6 +283,7 @@ def test_killed_while_naming_the_new_checkpoint_resumes_from_it(tiny_ade,
     assert not [n for n in os.listdir(work) if n.startswith('.')]
 
 
+@needs_onnx_export()
 def test_failed_parity_check_keeps_the_graph_aside(weights, tmp_path):
     """The model changed after the export (tests/fault_plugin.py): the
     graph disagrees, is kept as <stem>.failed.onnx, --out is not written,

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from mmseg_whitebox.deployment.onnx_export import (SegLogits,
+                                                   check_can_export,
                                                    deployment_metadata,
                                                    export_onnx, image_parity)
 from mmseg_whitebox.deployment.onnx_segmentor import OnnxSegmentor
@@ -113,6 +114,7 @@ def benchmark_onnx(configs: Dict[str, str], out_dir: str,
     ``image_hw``; ``threads`` for torch and onnxruntime alike. Writes
     ``benchmark.json`` and ``benchmark.md`` (and the graphs) to
     ``out_dir``; returns the report."""
+    check_can_export()  # before any model is built
     options = options or common.BenchmarkOptions(repeats=5, warmup=1,
                                                  max_seconds=None)
     with lock_folder(out_dir, '--out'):  # one run writes there at a time

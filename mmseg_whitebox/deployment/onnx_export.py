@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -108,15 +109,31 @@ class Parity:
                 f'{100 * self.argmax_agreement:.3f}%')
 
 
-def require_deploy_packages() -> None:
-    """A :class:`ToolError` naming the install command when the ``deploy``
-    extra is missing."""
+def export_problem() -> Optional[str]:
+    """Why this environment cannot export, or None: the ``deploy`` extra
+    missing, or a torch without the dynamo exporter's
+    ``torch.onnx.export(..., dynamo=True)`` (torch 2.5 added the argument;
+    the legacy stack's torch 2.1 has only the TorchScript exporter, whose
+    graphs of these models this project does not check)."""
     missing = [pip for module, pip in DEPLOY_PACKAGES.items()
                if importlib.util.find_spec(module) is None]
     if missing:
-        raise ToolError(
-            f'ONNX export needs {", ".join(missing)}: install the deploy '
-            'extra, pip install -c constraints.txt -e ".[deploy]"')
+        return (f'ONNX export needs {", ".join(missing)}: install the '
+                'deploy extra, pip install -c constraints.txt -e ".[deploy]"')
+    if 'dynamo' not in inspect.signature(torch.onnx.export).parameters:
+        return (f'ONNX export needs torch >= 2.5 (torch.onnx.export(..., '
+                f'dynamo=True)), found torch {torch.__version__}: export '
+                'in an environment with a newer torch (the default stack '
+                'has 2.13); the graph runs anywhere onnxruntime does')
+    return None
+
+
+def check_can_export() -> None:
+    """A :class:`ToolError` saying what to install when this environment
+    cannot export (:func:`export_problem`)."""
+    problem = export_problem()
+    if problem:
+        raise ToolError(problem)
 
 
 class SegLogits(nn.Module):
@@ -243,7 +260,7 @@ def export_onnx(model: nn.Module,
     input size ``shape`` to ``out`` (outputs :data:`OUTPUT_NAME` and
     :data:`HEAD_OUTPUT_NAME`); with ``dynamic`` the height and width are
     free (the batch stays 1). Returns ``out``."""
-    require_deploy_packages()
+    check_can_export()
     check_shapes(model, [shape])
     model.eval()
     graph = SegLogits(model, head_logits=True).eval()
@@ -531,7 +548,6 @@ def export_and_check(config: str,
     ``report_file`` (``--json``) either way, naming where the graph is;
     it is also returned. ``out`` is locked (``<out>.lock``) while this
     runs: a second export to it is refused."""
-    require_deploy_packages()
     check_opset(opset)
     shape = _shape(shape, '--shape')
     other_shapes = [_shape(s, '--check-shapes') for s in other_shapes]
@@ -553,6 +569,7 @@ def export_and_check(config: str,
     if not checkpoint:
         raise ToolError('a checkpoint is needed')
     check_checkpoint(checkpoint)
+    check_can_export()  # after the arguments: their mistakes come first
     # one export to ``out`` at a time
     with lock_output_file(out, '--out-file'):
         model = _load_model(config, checkpoint, cfg_options)

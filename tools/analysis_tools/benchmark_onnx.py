@@ -51,8 +51,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None):
     args = parse_args(argv)
-    from mmseg_whitebox.deployment.onnx_export import require_deploy_packages
-    require_deploy_packages()
     from mmseg_whitebox.analysis.onnx_benchmark import benchmark_onnx
     try:
         configs = {name: config_path(DEMO_MODELS[name])

@@ -91,3 +91,29 @@ def test_a_run_stops_its_dataloader_workers_when_it_ends(tiny_ade, tmp_path):
     assert runner.test_loop.dataloader._iterator is None
     runner.test()  # a loader used again starts new workers
     assert len(seen) == 4 and not any(w.is_alive() for w in seen)
+
+
+def test_cut_off_checkpoints_are_removed_by_rank_0_alone(tmp_path, capsys,
+                                                         monkeypatch):
+    """Rank 0 removes the cut-off files (one already gone is skipped), the
+    other ranks remove nothing; every rank then waits at the barrier."""
+    import mmengine.dist
+    from mmseg_whitebox.apis import training
+    cut_off = tmp_path / '.iter_4.abcd1234.pth'
+    cut_off.write_bytes(b'half a checkpoint')
+    waited = []
+    monkeypatch.setattr(mmengine.dist, 'barrier', lambda: waited.append(1))
+    monkeypatch.setattr(mmengine.dist, 'get_rank', lambda: 1)
+    training.remove_cut_off_checkpoints(str(tmp_path))
+    assert cut_off.exists() and waited == [1]
+    assert capsys.readouterr().err == ''
+
+    gone = str(tmp_path / '.iter_2.wxyz9876.pth')  # removed meanwhile
+    listed = training.stale_temporaries
+    monkeypatch.setattr(training, 'stale_temporaries',
+                        lambda *args: [gone] + listed(*args))
+    monkeypatch.setattr(mmengine.dist, 'get_rank', lambda: 0)
+    training.remove_cut_off_checkpoints(str(tmp_path))
+    assert not cut_off.exists() and waited == [1, 1]
+    err = capsys.readouterr().err
+    assert f'note: removing {cut_off}' in err and gone not in err

@@ -52,21 +52,37 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
     if problem:
         raise ToolError(problem)
     check_writable_folder(cfg.work_dir, '--work-dir')
-    # one training run per work dir, from here to the end (a crash too)
+    # one training run per work dir, from here to the end (a crash too);
+    # rank 0 holds the lock for every rank (utils/run_lock.py)
     with lock_folder(cfg.work_dir, '--work-dir'):
-        remove_cut_off_checkpoints(cfg.work_dir)
         return _run(cfg, resume)
 
 
 def remove_cut_off_checkpoints(work_dir: str) -> None:
     """Delete, with a note on stderr, the temporary files of checkpoints
-    (and of ``last_checkpoint``) whose write a killed run cut off. Only
-    the holder of the work dir's lock may call it."""
-    for path in stale_temporaries(work_dir, '.pth') + \
-            stale_temporaries(work_dir, '', LAST_CHECKPOINT):
-        print(f'note: removing {path}, a checkpoint file whose write was '
-              'cut off', file=sys.stderr)
-        os.remove(path)
+    (and of ``last_checkpoint``) whose write a killed run cut off.
+
+    Every process of a run calls it, after the process group exists (the
+    Runner initialises it when it is built) and before the checkpoint to
+    resume from is looked for: rank 0 alone deletes (it holds the work
+    dir's lock, so no other run writes there), skipping a file already
+    gone, and the other ranks wait at a barrier until it is done. Ranks
+    that deleted side by side would race for the same files (the losers'
+    FileNotFoundError ended the run), and a rank that went on early could
+    read the folder while it changes. Without a process group (one
+    process) the barrier does nothing.
+    """
+    from mmengine.dist import barrier, get_rank
+    if get_rank() == 0:
+        for path in stale_temporaries(work_dir, '.pth') + \
+                stale_temporaries(work_dir, '', LAST_CHECKPOINT):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                continue
+            print(f'note: removing {path}, a checkpoint file whose write '
+                  'was cut off', file=sys.stderr)
+    barrier()
 
 
 def _run(cfg: Any, resume: bool) -> NonFiniteCounter:
@@ -76,6 +92,8 @@ def _run(cfg: Any, resume: bool) -> NonFiniteCounter:
         runner = RUNNERS.build(cfg)
     else:
         runner = Runner.from_cfg(cfg)
+    # the process group exists now; the checkpoint is read by train()
+    remove_cut_off_checkpoints(cfg.work_dir)
     if resume:  # refuse the checkpoint of another model
         runner.register_hook(ResumeCheckHook())
     counter = NonFiniteCounter()

@@ -27,12 +27,17 @@ from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def train_model(cfg: Any, resume: bool = False, amp: bool = False,
-                amp_dtype: Optional[str] = None) -> NonFiniteCounter:
+                amp_dtype: Optional[str] = None,
+                auto_scale_lr: bool = False) -> NonFiniteCounter:
     """Train the model of ``cfg`` (an mmengine ``Config`` with its
     ``work_dir`` set) as ``tools/train.py`` does: ``resume`` from the
     latest checkpoint in the work dir (or ``load_from``); ``amp`` or an
     ``amp_dtype`` (``'float16'``, ``'bfloat16'``) trains under autocast
-    with ``AmpOptimWrapper``. Returns the counter of the non-finite values
+    with ``AmpOptimWrapper``; ``auto_scale_lr`` turns on the config's
+    ``auto_scale_lr``: mmengine's Runner multiplies the learning rate by
+    the run's world batch (processes x ``train_dataloader.batch_size``)
+    over its ``base_batch_size`` (the released world batch), as mmseg's
+    ``--auto-scale-lr``. Returns the counter of the non-finite values
     the run met (its ``summary()`` is the warning the tool prints).
 
     Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a
@@ -46,6 +51,8 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
         if problem:
             raise ToolError(problem)
     cfg.resume = resume
+    if auto_scale_lr:
+        enable_auto_scale_lr(cfg)
     check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
     check_param_schedulers(cfg)
     problem = num_classes_problem(cfg)
@@ -56,6 +63,19 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
     # rank 0 holds the lock for every rank (utils/run_lock.py)
     with lock_folder(cfg.work_dir, '--work-dir'):
         return _run(cfg, resume)
+
+
+def enable_auto_scale_lr(cfg: Any) -> None:
+    """Turn on ``cfg.auto_scale_lr``; a config without its
+    ``base_batch_size`` is a :class:`ToolError` (mmengine would assert)."""
+    scaling = cfg.get('auto_scale_lr', None)
+    if not scaling or 'base_batch_size' not in scaling:
+        raise ToolError(
+            '--auto-scale-lr: the config sets no auto_scale_lr.'
+            'base_batch_size (the world batch its learning rate is for); '
+            'add auto_scale_lr = dict(enable=False, base_batch_size=N) to '
+            'it, or pass --cfg-options auto_scale_lr.base_batch_size=N')
+    cfg.auto_scale_lr = dict(scaling, enable=True)
 
 
 def remove_cut_off_checkpoints(work_dir: str) -> None:

@@ -5,7 +5,8 @@ import glob
 import json
 import os.path as osp
 
-from _helpers import DEMO_SEGMENTER, small_run_options
+from _helpers import DEMO_SEGMENTER, REPO, small_run_options
+from mmseg_whitebox.apis.demo_models import DEMO_MODELS
 
 from mmseg_whitebox.apis import evaluate_checkpoint, train_model
 from mmseg_whitebox.engine.runner_config import runner_config
@@ -91,3 +92,77 @@ def test_a_run_stops_its_dataloader_workers_when_it_ends(tiny_ade, tmp_path):
     assert runner.test_loop.dataloader._iterator is None
     runner.test()  # a loader used again starts new workers
     assert len(seen) == 4 and not any(w.is_alive() for w in seen)
+
+
+def test_cut_off_checkpoints_are_removed_by_rank_0_alone(tmp_path, capsys,
+                                                         monkeypatch):
+    """Rank 0 removes the cut-off files (one already gone is skipped), the
+    other ranks remove nothing; every rank then waits at the barrier."""
+    import mmengine.dist
+    from mmseg_whitebox.apis import training
+    cut_off = tmp_path / '.iter_4.abcd1234.pth'
+    cut_off.write_bytes(b'half a checkpoint')
+    waited = []
+    monkeypatch.setattr(mmengine.dist, 'barrier', lambda: waited.append(1))
+    monkeypatch.setattr(mmengine.dist, 'get_rank', lambda: 1)
+    training.remove_cut_off_checkpoints(str(tmp_path))
+    assert cut_off.exists() and waited == [1]
+    assert capsys.readouterr().err == ''
+
+    gone = str(tmp_path / '.iter_2.wxyz9876.pth')  # removed meanwhile
+    listed = training.stale_temporaries
+    monkeypatch.setattr(training, 'stale_temporaries',
+                        lambda *args: [gone] + listed(*args))
+    monkeypatch.setattr(mmengine.dist, 'get_rank', lambda: 0)
+    training.remove_cut_off_checkpoints(str(tmp_path))
+    assert not cut_off.exists() and waited == [1, 1]
+    err = capsys.readouterr().err
+    assert f'note: removing {cut_off}' in err and gone not in err
+
+
+def test_auto_scale_lr_scales_the_lr_to_the_world_batch(tmp_path):
+    """``train_model(..., auto_scale_lr=True)`` turns the config's
+    ``auto_scale_lr`` on, and mmengine's Runner then scales every
+    parameter group's learning rate (the CBSA demo's AdamW, lr 1e-3, with
+    its paramwise groups) by the world batch over ``base_batch_size``: 1
+    process x 2 crops for a base of 4 halves it. A config without a base
+    batch size is a user's error."""
+    import pytest
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    from mmseg_whitebox.apis.training import enable_auto_scale_lr
+    from mmseg_whitebox.utils.tool_error import ToolError
+
+    def scaled_lrs(enable: bool) -> set:
+        cfg = runner_config(osp.join(REPO, DEMO_MODELS['cbsa']), {
+            'train_dataloader.batch_size': 2,
+            'auto_scale_lr.base_batch_size': 4}, str(tmp_path / 'work'))
+        assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=4)
+        if enable:
+            enable_auto_scale_lr(cfg)
+        runner = Runner.from_cfg(cfg)
+        # what Runner.train does before it builds the schedulers
+        wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+        runner.scale_lr(wrapper, runner.auto_scale_lr)
+        groups = wrapper.optimizer.param_groups
+        assert len(groups) > 1
+        return {group['lr'] for group in groups}
+
+    assert scaled_lrs(False) == {1e-3}
+    assert scaled_lrs(True) == {1e-3 * 2 / 4}
+    with pytest.raises(ToolError, match='auto_scale_lr.base_batch_size'):
+        enable_auto_scale_lr(Config(dict(optim_wrapper=dict())))
+
+
+def test_train_tool_passes_auto_scale_lr(tmp_path):
+    """tools/train.py --auto-scale-lr reaches train_model: on a config
+    without a base batch size it stops with the one-line error, exit 2,
+    before any work."""
+    from _helpers import run_tool
+    proc = run_tool(['tools/train.py', DEMO_SEGMENTER, '--auto-scale-lr',
+                     '--work-dir', str(tmp_path), '--cfg-options',
+                     'auto_scale_lr=None'], check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith('train.py: error: --auto-scale-lr: the config '
+                           'sets no auto_scale_lr.base_batch_size'), last

@@ -33,6 +33,23 @@ def test_config_name_follows_mmseg(path):
     assert NAME.match(osp.basename(path)), path
 
 
+def test_every_config_declares_its_world_batch_for_lr_scaling():
+    """Every config's ``auto_scale_lr`` is off, with ``base_batch_size``
+    the world batch of its name (``8xb1``: 8 GPUs x 1 = 8), which is
+    ``train_dataloader.batch_size`` per GPU: ``--auto-scale-lr`` scales
+    the released learning rate from there."""
+    seen = {}
+    for path in CONFIGS:
+        gpus, per_gpu = map(int, re.search(r'_(\d+)xb(\d+)-',
+                                           osp.basename(path)).groups())
+        cfg = Config.fromfile(osp.join(REPO, path))
+        assert cfg.train_dataloader.batch_size == per_gpu, path
+        assert cfg.get('auto_scale_lr') == dict(
+            enable=False, base_batch_size=gpus * per_gpu), path
+        seen[gpus * per_gpu] = path
+    assert sorted(seen) == [8, 16]  # the Pascal Context configs: 8 x 2
+
+
 def largest_rep_grid(obj) -> tuple:
     """The largest CBSA ``rep_grid`` anywhere in a model config (CBSA
     refuses a token grid smaller than its representatives grid)."""

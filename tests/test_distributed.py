@@ -5,6 +5,7 @@ path on any machine. Marked ``distributed`` (deselect with
 ``-m "not distributed"``)."""
 import glob
 import json
+import math
 import os
 import os.path as osp
 import signal
@@ -250,17 +251,45 @@ def test_dist_test_equals_one_process(dist_trained, tmp_path):
         assert two[key] == one[key], (key, one, two, log[-4000:])
 
 
+#: results.json fields a sweep's two runs may differ in: wall time
+SWEEP_TIMES = ('seconds', )
+
+
+def _same_results(one, two, path='results') -> None:
+    """``one == two`` field by field, exactly (NaN equals NaN), but the
+    fields named in SWEEP_TIMES."""
+    if isinstance(one, dict):
+        assert set(one) == set(two), (path, sorted(set(one) ^ set(two)))
+        for key in sorted(set(one) - set(SWEEP_TIMES)):
+            _same_results(one[key], two[key], f'{path}.{key}')
+    elif isinstance(one, list):
+        assert len(one) == len(two), path
+        for i, (a, b) in enumerate(zip(one, two)):
+            _same_results(a, b, f'{path}[{i}]')
+    elif isinstance(one, float) and isinstance(two, float) and \
+            math.isnan(one) and math.isnan(two):
+        pass
+    else:
+        assert one == two, (path, one, two)
+
+
 def test_noise_tool_under_torchrun(dist_trained, tmp_path):
-    """tools/noise_robustness.py --launcher pytorch on 2 CPU processes."""
+    """tools/noise_robustness.py --launcher pytorch on 2 CPU processes
+    writes the results of one process (on one thread, as torchrun's are):
+    every field of results.json equal, exactly, but the wall times. 3 test images, one of them padded
+    on rank 1: the per-image statistics (non-finite fraction, attention
+    usage) count each image once; sigma 1e38 makes every logit
+    non-finite."""
     opts = small_run_options(dist_trained['data_root'], iters=2)
-    out = tmp_path / 'sweep'
+    sweep = ['--sigmas', '0.1', '1e38', '--draws', '1', '--cfg-options',
+             *opts]
+    args = ['tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt']]
+    out, one = tmp_path / 'sweep', tmp_path / 'one'
     env = dict(os.environ, CUDA_VISIBLE_DEVICES='', PYTHONUNBUFFERED='1',
                PYTHONPATH=REPO)
     cmd = torchrun_command(
-        'tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt'],
-        '--sigmas', '0.1', '--draws', '1', '--out', str(out), '--work-dir',
-        str(tmp_path / 'work'), '--launcher', 'pytorch',
-        '--cfg-options', *opts)
+        *args, '--out', str(out), '--work-dir', str(tmp_path / 'work'),
+        '--launcher', 'pytorch', *sweep)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -271,6 +300,18 @@ def test_noise_tool_under_torchrun(dist_trained, tmp_path):
         log, _ = proc.communicate()
         raise AssertionError(f'noise sweep timed out:\n{log[-4000:]}')
     assert proc.returncode == 0, log[-6000:]
+    # one thread, as torchrun gives each of its processes: float sums
+    # then round alike
+    run_tool(args + ['--out', str(one), '--work-dir',
+                     str(tmp_path / 'work1')] + sweep,
+             env=dict(OMP_NUM_THREADS='1'))
     with open(out / 'results.json') as f:
         results = json.load(f)
+    with open(one / 'results.json') as f:
+        single = json.load(f)
     assert results['clean'] and results['points']
+    usage = results['attention_usage']
+    assert usage and all(row['images'] == 3 for row in usage), usage
+    [huge] = [p for p in results['points'] if p['sigma'] == 1e38]
+    assert huge['nonfinite_fraction'] == 1.0
+    _same_results(single, results)

@@ -4,19 +4,23 @@ checkpoint a run reports (the final one, as released)."""
 import ast
 import copy
 import glob
+import io
 import json
 import logging
 import math
 import os
 import os.path as osp
+import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import types
 from typing import List
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -28,6 +32,11 @@ from _helpers import (DEMO_SEGMENTER, REPO, assert_same, created_tensors,
                       small_run_options)
 from mmseg_whitebox.analysis.large_image_memory import (
     agreement, build_model, large_image_memory_report, write_test_image)
+from mmseg_whitebox.engine.hooks import RNGStateCheckpointHook
+from mmseg_whitebox.engine.hooks.rng_state_hook import (
+    capture_random_state, restore_random_state)
+from mmseg_whitebox.utils.checkpoint_codec import (decode_checkpoint,
+                                                   encode_checkpoint)
 from mmseg_whitebox.utils.tool_error import ToolError
 from mmseg_whitebox.models.segmentors import (BoundedMemoryEncoderDecoder,
                                               resize_argmax_tiled)
@@ -223,6 +232,133 @@ def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
     assert_same(a['state_dict'], b['state_dict'], 'state_dict')
     assert_same(a['optimizer'], b['optimizer'], 'optimizer')
     assert a['optimizer']['state'], 'no optimizer state to compare'
+
+
+# ------------------------------------------------ random states on resume
+class _Pipeline:
+    """A data iterator whose batches draw from Python's, numpy's and
+    torch's global generators, as a data pipeline loaded in the training
+    process does."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return (random.random(), float(np.random.rand()),
+                torch.rand(1).item())
+
+
+def _seed_all(seed: int = 0) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _fake_runner(iterator=None, iters: int = 0):
+    loop = types.SimpleNamespace(dataloader_iterator=iterator, iter=iters)
+    return types.SimpleNamespace(
+        _resume=True, train_loop=loop, epoch=0, iter=iters,
+        logger=logging.getLogger('rng-state-test'))
+
+
+def _saved(checkpoint: dict) -> dict:
+    """``checkpoint`` written and read back as a run does: encoded by
+    WeightsOnlyCheckpointHook, loaded weights-only and decoded."""
+    buffer = io.BytesIO()
+    torch.save(encode_checkpoint(checkpoint), buffer)
+    buffer.seek(0)
+    return decode_checkpoint(torch.load(buffer, weights_only=True))
+
+
+def _draws() -> tuple:
+    """The model's random draws of a training step."""
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_random_states_are_restored_once_the_trained_batches_replayed():
+    """One process: the states saved with the checkpoint after 2 batches
+    are restored after mmengine's replay of those 2 batches, right before
+    the third is loaded, so the third batch and the step's own draws are
+    those of the uninterrupted run; restored before the replay (at load
+    time), the replay would move them on."""
+    from mmengine.hooks import CheckpointHook
+    _seed_all()
+    batches = _Pipeline()
+    next(batches), next(batches)
+    checkpoint = {}
+    RNGStateCheckpointHook().before_save_checkpoint(_fake_runner(),
+                                                    checkpoint)
+    uninterrupted = next(batches), _draws()
+    assert set(checkpoint['rng_state']) == {'world_size', 'ranks'}
+    assert checkpoint['rng_state']['world_size'] == 1
+    assert set(checkpoint['rng_state']['ranks'][0]) >= {'python', 'numpy',
+                                                        'torch'}
+
+    _seed_all()
+    runner = _fake_runner(_Pipeline(), iters=2)
+    original = runner.train_loop.dataloader_iterator
+    hook = RNGStateCheckpointHook()
+    hook.after_load_checkpoint(runner, _saved(checkpoint))
+    hook.before_train(runner)
+    for _ in range(2):  # IterBasedTrainLoop's replay
+        next(runner.train_loop.dataloader_iterator)
+    resumed = next(runner.train_loop.dataloader_iterator), _draws()
+    assert resumed == uninterrupted
+    assert runner.train_loop.dataloader_iterator is original
+
+    _seed_all()
+    restore_random_state(checkpoint['rng_state']['ranks'][0])
+    early = _Pipeline()
+    next(early), next(early)
+    assert (next(early), _draws()) != uninterrupted
+
+    # validation leaves the training's states as they were
+    state = capture_random_state()
+    hook.before_val(runner)
+    torch.rand(5), np.random.rand(), random.random()
+    hook.after_val(runner)
+    assert_same(capture_random_state(), state)
+
+    # a checkpoint hook's own settings say when it saves
+    runner = types.SimpleNamespace(iter=1, max_iters=6, hooks=[
+        CheckpointHook(interval=2, by_epoch=False)])
+    saves = []
+    for runner.iter in range(6):
+        saves.append(RNGStateCheckpointHook._saves(runner, by_epoch=False))
+    assert saves == [False, True, False, True, False, True]
+    assert not RNGStateCheckpointHook._saves(runner, by_epoch=True)
+
+
+def test_earlier_and_other_world_size_random_states(caplog):
+    """A checkpoint of an earlier version (rank 0's torch state alone)
+    resumes as one process's; one saved by 2 processes restores nothing
+    on 1, with a warning."""
+    _seed_all()
+    torch.rand(4)
+    earlier = {'rng_state': {'torch': torch.get_rng_state()}}
+    expected = torch.rand(3)
+    _seed_all()
+    runner = _fake_runner()
+    hook = RNGStateCheckpointHook()
+    hook.after_load_checkpoint(runner, earlier)
+    hook.before_train(runner)  # no replay: restored at once
+    assert torch.equal(torch.rand(3), expected)
+
+    two = {'rng_state': dict(world_size=2, ranks=[capture_random_state(),
+                                                  None])}
+    _seed_all(1)
+    before = capture_random_state()
+    hook = RNGStateCheckpointHook()
+    with caplog.at_level(logging.WARNING, logger='rng-state-test'):
+        hook.after_load_checkpoint(runner, two)
+    hook.before_train(runner)
+    assert_same(capture_random_state(), before)
+    assert 'saved by 2 process(es) and this run has 1' in caplog.text
+
+    runner._resume = False  # load_from: nothing restored
+    hook.after_load_checkpoint(runner, earlier)
+    hook.before_train(runner)
+    assert_same(capture_random_state(), before)
 
 
 # ------------------------------------------------ the checkpoint reported

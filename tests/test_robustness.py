@@ -570,3 +570,21 @@ def test_run_noise_sweep_is_the_tool_as_a_library(checkpoint, tmp_path):
     with pytest.raises(ToolError, match='sigmas'):
         run_noise_sweep(config, 'no-such.pth',
                         NoiseSweepOptions(sigmas=[-1.0]))
+
+
+def test_per_image_statistics_are_put_together_over_ranks(monkeypatch):
+    """Two ranks' per-image values (rank 1's last image a padded copy of
+    image 0) in the data set's order, the padding cut off; the non-finite
+    fraction over them is summed counts over summed logits."""
+    import mmengine.dist
+    from mmseg_whitebox.engine.hooks import NonFiniteCounter
+    from mmseg_whitebox.utils.per_image import gather_images
+    parts = [['a', 'c', 'e'], ['b', 'd', 'a']]
+    monkeypatch.setattr(mmengine.dist, 'get_world_size', lambda: 2)
+    monkeypatch.setattr(mmengine.dist, 'all_gather_object',
+                        lambda values: parts)
+    assert gather_images(parts[0], 5) == ['a', 'b', 'c', 'd', 'e']
+    assert gather_images(parts[0]) == ['a', 'b', 'c', 'd', 'e', 'a']
+    parts[:] = [[(4, 10), (0, 10)], [(1, 10), (4, 10)]]
+    counter = NonFiniteCounter()
+    assert counter.fraction_over_ranks(3) == 5 / 30

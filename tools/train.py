@@ -1,7 +1,7 @@
 """Train a segmentor; the same options as mmseg's ``tools/train.py``.
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume]
-        [--amp] [--amp-dtype float16|bfloat16]
+        [--amp] [--amp-dtype float16|bfloat16] [--auto-scale-lr]
         [--cfg-options k=v ...] [--launcher pytorch]
 
 ``--amp`` trains under float16 autocast with a dynamic loss scale (as
@@ -35,6 +35,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=AMP_DTYPES,
         help='the autocast dtype of --amp (implies it): float16 (default) '
         'or bfloat16')
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the learning rate to this run\'s world batch (GPUs x '
+        'batch size), from the config\'s auto_scale_lr.base_batch_size, '
+        'as mmseg\'s --auto-scale-lr')
     add_common_args(parser)
     return parser.parse_args(argv)
 
@@ -42,7 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = load_config(args)
-    counter = train_model(cfg, args.resume, args.amp, args.amp_dtype)
+    counter = train_model(cfg, args.resume, args.amp, args.amp_dtype,
+                          args.auto_scale_lr)
     if counter.summary():  # of the last validation, repeated at the end
         print(f'WARNING: {counter.summary()}', file=sys.stderr)
 

@@ -27,12 +27,17 @@ from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def train_model(cfg: Any, resume: bool = False, amp: bool = False,
-                amp_dtype: Optional[str] = None) -> NonFiniteCounter:
+                amp_dtype: Optional[str] = None,
+                auto_scale_lr: bool = False) -> NonFiniteCounter:
     """Train the model of ``cfg`` (an mmengine ``Config`` with its
     ``work_dir`` set) as ``tools/train.py`` does: ``resume`` from the
     latest checkpoint in the work dir (or ``load_from``); ``amp`` or an
     ``amp_dtype`` (``'float16'``, ``'bfloat16'``) trains under autocast
-    with ``AmpOptimWrapper``. Returns the counter of the non-finite values
+    with ``AmpOptimWrapper``; ``auto_scale_lr`` turns on the config's
+    ``auto_scale_lr``: mmengine's Runner multiplies the learning rate by
+    the run's world batch (processes x ``train_dataloader.batch_size``)
+    over its ``base_batch_size`` (the released world batch), as mmseg's
+    ``--auto-scale-lr``. Returns the counter of the non-finite values
     the run met (its ``summary()`` is the warning the tool prints).
 
     Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a
@@ -46,27 +51,58 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
         if problem:
             raise ToolError(problem)
     cfg.resume = resume
+    if auto_scale_lr:
+        enable_auto_scale_lr(cfg)
     check_data_roots(cfg, ('train_dataloader', 'val_dataloader'))
     check_param_schedulers(cfg)
     problem = num_classes_problem(cfg)
     if problem:
         raise ToolError(problem)
     check_writable_folder(cfg.work_dir, '--work-dir')
-    # one training run per work dir, from here to the end (a crash too)
+    # one training run per work dir, from here to the end (a crash too);
+    # rank 0 holds the lock for every rank (utils/run_lock.py)
     with lock_folder(cfg.work_dir, '--work-dir'):
-        remove_cut_off_checkpoints(cfg.work_dir)
         return _run(cfg, resume)
+
+
+def enable_auto_scale_lr(cfg: Any) -> None:
+    """Turn on ``cfg.auto_scale_lr``; a config without its
+    ``base_batch_size`` is a :class:`ToolError` (mmengine would assert)."""
+    scaling = cfg.get('auto_scale_lr', None)
+    if not scaling or 'base_batch_size' not in scaling:
+        raise ToolError(
+            '--auto-scale-lr: the config sets no auto_scale_lr.'
+            'base_batch_size (the world batch its learning rate is for); '
+            'add auto_scale_lr = dict(enable=False, base_batch_size=N) to '
+            'it, or pass --cfg-options auto_scale_lr.base_batch_size=N')
+    cfg.auto_scale_lr = dict(scaling, enable=True)
 
 
 def remove_cut_off_checkpoints(work_dir: str) -> None:
     """Delete, with a note on stderr, the temporary files of checkpoints
-    (and of ``last_checkpoint``) whose write a killed run cut off. Only
-    the holder of the work dir's lock may call it."""
-    for path in stale_temporaries(work_dir, '.pth') + \
-            stale_temporaries(work_dir, '', LAST_CHECKPOINT):
-        print(f'note: removing {path}, a checkpoint file whose write was '
-              'cut off', file=sys.stderr)
-        os.remove(path)
+    (and of ``last_checkpoint``) whose write a killed run cut off.
+
+    Every process of a run calls it, after the process group exists (the
+    Runner initialises it when it is built) and before the checkpoint to
+    resume from is looked for: rank 0 alone deletes (it holds the work
+    dir's lock, so no other run writes there), skipping a file already
+    gone, and the other ranks wait at a barrier until it is done. Ranks
+    that deleted side by side would race for the same files (the losers'
+    FileNotFoundError ended the run), and a rank that went on early could
+    read the folder while it changes. Without a process group (one
+    process) the barrier does nothing.
+    """
+    from mmengine.dist import barrier, get_rank
+    if get_rank() == 0:
+        for path in stale_temporaries(work_dir, '.pth') + \
+                stale_temporaries(work_dir, '', LAST_CHECKPOINT):
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                continue
+            print(f'note: removing {path}, a checkpoint file whose write '
+                  'was cut off', file=sys.stderr)
+    barrier()
 
 
 def _run(cfg: Any, resume: bool) -> NonFiniteCounter:
@@ -76,6 +112,8 @@ def _run(cfg: Any, resume: bool) -> NonFiniteCounter:
         runner = RUNNERS.build(cfg)
     else:
         runner = Runner.from_cfg(cfg)
+    # the process group exists now; the checkpoint is read by train()
+    remove_cut_off_checkpoints(cfg.work_dir)
     if resume:  # refuse the checkpoint of another model
         runner.register_hook(ResumeCheckHook())
     counter = NonFiniteCounter()

@@ -41,6 +41,7 @@ import torch.nn as nn
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 
 from mmseg_whitebox.models.layers import PreNormResidual
+from mmseg_whitebox.utils.per_image import gather_images
 
 KIND_RESIDUAL_BLOCK = 'pre-norm residual (mmseg_whitebox)'
 KIND_MMCV_MHA = 'MultiheadAttention with identity (mmcv)'
@@ -174,11 +175,23 @@ class AttentionUsage(_UpdateHooks):
     layer (patch and class tokens), the update is what the attention adds.
 
     After the block, :meth:`summary` gives per-site mean/min/max ratios.
+    Given the ``model`` whose forward calls run the sites (the segmentor,
+    or its distributed wrapper), the ratios are also kept per image (one
+    forward call is a batch of images; each site call within it, a
+    sliding window included, holds one row per image of the batch), so
+    that :meth:`summary` can put a distributed evaluation's images
+    together over ranks.
     """
 
-    def __init__(self, sites: List[AttentionSite]) -> None:
+    def __init__(self, sites: List[AttentionSite],
+                 model: Optional[nn.Module] = None) -> None:
         super().__init__(sites)
         self.ratios: Dict[str, List[float]] = {s.name: [] for s in sites}
+        self.model = model
+        #: per site, the ratios of each image of finished forward calls
+        self.per_image: Dict[str, List[List[float]]] = {
+            s.name: [] for s in sites}
+        self._batch_start = {s.name: 0 for s in sites}
 
     def __enter__(self) -> 'AttentionUsage':
         for site in self.sites:
@@ -192,12 +205,39 @@ class AttentionUsage(_UpdateHooks):
                 return None
 
             self._hook(site, record)
+        if self.model is not None:
+            module = getattr(self.model, 'module', self.model)
+            self._handles.append(
+                module.register_forward_hook(self._end_batch))
         return self
 
-    def summary(self) -> List[Dict[str, Any]]:
+    def _end_batch(self, module: nn.Module, args: Any, output: Any) -> None:
+        """After a forward call of the model: its ratios, per image."""
+        if not isinstance(output, (list, tuple)) or not output:
+            return
+        images = len(output)
+        for site in self.sites:
+            values = self.ratios[site.name]
+            batch = values[self._batch_start[site.name]:]
+            self._batch_start[site.name] = len(values)
+            self.per_image[site.name].extend(
+                batch[i::images] for i in range(images))
+
+    def summary(self, num_images: Optional[int] = None
+                ) -> List[Dict[str, Any]]:
+        """Per site: the number of ratios (``images``; one per image and
+        window) and their mean, min and max. With a ``model``, over every
+        rank of a distributed run (a collective: every rank calls it),
+        the padding of the data set's ``num_images`` images dropped
+        (:func:`~mmseg_whitebox.utils.per_image.gather_images`)."""
         rows = []
         for site in self.sites:
-            values = torch.tensor(self.ratios[site.name], dtype=torch.float64)
+            if self.model is None:
+                ratios = self.ratios[site.name]
+            else:
+                ratios = [r for image in gather_images(
+                    self.per_image[site.name], num_images) for r in image]
+            values = torch.tensor(ratios, dtype=torch.float64)
             if values.numel() == 0:
                 continue
             rows.append(dict(

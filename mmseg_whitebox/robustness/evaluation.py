@@ -36,6 +36,12 @@ class RunnerEvaluation:
     def model(self) -> nn.Module:
         return self.runner.model
 
+    @property
+    def num_images(self) -> int:
+        """The test set's size (a distributed run pads it on some
+        ranks)."""
+        return len(self.runner.test_dataloader.dataset)
+
     def __call__(self) -> Metrics:
         if self.quiet:
             with quiet_logging():
@@ -72,6 +78,11 @@ class LoopEvaluation:
         dataset = dataloader.dataset
         if getattr(self.evaluator, 'dataset_meta', None) is None:
             self.evaluator.dataset_meta = getattr(dataset, 'metainfo', None)
+
+    @property
+    def num_images(self) -> int:
+        """The data set's size."""
+        return len(self.dataloader.dataset)
 
     def __call__(self) -> Metrics:
         self.model.eval()

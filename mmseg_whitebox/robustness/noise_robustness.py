@@ -123,9 +123,14 @@ def _measure_subspaces(evaluation: RunnerEvaluation, selections: list,
                        store: ResultStore, options: NoiseSweepOptions,
                        say: Log) -> None:
     """``subspace_angles``: the rows not measured yet, saved per
-    selection."""
-    batches = take_batches(evaluation.runner.test_dataloader,
-                           options.angle_images)
+    selection. The images are the test set's first ones, on every rank
+    of a distributed run too (not each rank's share of the test set), so
+    the rows are those of one process."""
+    from torch.utils.data import DataLoader
+    loader = evaluation.runner.test_dataloader
+    batches = take_batches(DataLoader(
+        loader.dataset, batch_size=loader.batch_size, shuffle=False,
+        num_workers=0, collate_fn=loader.collate_fn), options.angle_images)
     done = store.data.get('subspace_angles', [])
     for sel in selections:
         sigmas = missing_sigmas(done, sel.label, options.sigmas)

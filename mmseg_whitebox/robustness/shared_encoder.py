@@ -37,6 +37,7 @@ import torch.nn as nn
 from mmseg_whitebox.engine.hooks import count_nonfinite
 from mmseg_whitebox.models.attention_sites import unwrap_model
 from mmseg_whitebox.utils.logs import quiet_logging
+from mmseg_whitebox.utils.per_image import gather_images
 from .metrics import Metrics
 from .perturbation import ParameterNoise
 from .shared_inference import HeadInference, fast_path_unsupported
@@ -135,17 +136,15 @@ def _segmentor_view(model: nn.Module, head: nn.Module,
     return view
 
 
-def _nonfinite(outputs: Sequence[Any]) -> Tuple[int, int]:
-    """Non-finite and total logits, as :class:`~mmseg_whitebox.engine.hooks.NonFiniteCounter`
-    counts them."""
-    bad = total = 0
+def _nonfinite(outputs: Sequence[Any]) -> List[Tuple[int, int]]:
+    """Non-finite and total logits of each image, as
+    :class:`~mmseg_whitebox.engine.hooks.NonFiniteCounter` counts them."""
+    counts = []
     for sample in outputs:
         logits = getattr(sample, 'seg_logits', None)
-        if logits is None:
-            continue
-        bad += count_nonfinite(logits.data)
-        total += logits.data.numel()
-    return bad, total
+        counts.append((0, 0) if logits is None else
+                      (count_nonfinite(logits.data), logits.data.numel()))
+    return counts
 
 
 class SharedEncoderEvaluation:
@@ -205,10 +204,11 @@ class SharedEncoderEvaluation:
         return twin
 
     def _run_views(self, model: nn.Module, heads: Sequence[nn.Module],
-                   data: dict) -> Iterator[Tuple[int, int, list]]:
+                   data: dict) -> Iterator[Tuple[list, list]]:
         """Per head: mmseg's own ``predict`` on a view of the segmentor
         (the encoder's features recorded by the first, replayed to the
-        others); the non-finite and total logits and the outputs."""
+        others); the non-finite and total logits of each image and the
+        outputs."""
         from mmengine.runner.amp import autocast
         cache = _FeatureCache(model.extract_feat)
         for i, head in enumerate(heads):
@@ -218,7 +218,7 @@ class SharedEncoderEvaluation:
             with autocast(enabled=self.fp16):
                 outputs = view.predict(data['inputs'], samples)
             cache.check_unchanged()
-            yield (*_nonfinite(outputs), outputs)
+            yield _nonfinite(outputs), outputs
 
     def _run_fast(self, model: nn.Module, heads: Sequence[nn.Module],
                   data: dict, fast: HeadInference
@@ -243,7 +243,7 @@ class SharedEncoderEvaluation:
                                          features)
                 predicted = fast.predictions(logits, samples)
             cache.check_unchanged()
-            outputs, bad, total = [], 0, 0
+            outputs, counts = [], []
             for sample, (pred, nonfinite, values) in zip(samples,
                                                          predicted):
                 out = SegDataSample(metainfo=sample.metainfo)
@@ -251,9 +251,8 @@ class SharedEncoderEvaluation:
                     out.gt_sem_seg = sample.gt_sem_seg
                 out.pred_sem_seg = PixelData(data=pred)
                 outputs.append(out)
-                bad += nonfinite
-                total += values
-            yield bad, total, outputs
+                counts.append((nonfinite, values))
+            yield counts, outputs
 
     def __call__(self, settings: Sequence[NoiseSetting]) -> List[Metrics]:
         """The test metrics of each setting (plus ``nonfinite_fraction``),
@@ -271,23 +270,26 @@ class SharedEncoderEvaluation:
         with ExitStack() as stack, torch.no_grad():
             heads = [self._perturbed_head(s, stack) for s in settings]
             evaluators = [self._fresh_evaluator() for _ in settings]
-            counts = [[0, 0] for _ in settings]
+            counts: List[List[Tuple[int, int]]] = [[] for _ in settings]
             for batch in self.dataloader:
                 with autocast(enabled=self.fp16):
                     data = model.data_preprocessor(batch, False)
                 runs = (self._run_fast(model, heads, data, fast) if fast
                         else self._run_views(model, heads, data))
-                for i, (bad, total, outputs) in enumerate(runs):
-                    counts[i][0] += bad
-                    counts[i][1] += total
+                for i, (images, outputs) in enumerate(runs):
+                    counts[i] += images
                     evaluators[i].process(data_samples=outputs,
                                           data_batch=batch)
             size = len(self.dataloader.dataset)
             results = []
-            for evaluator, (bad, total) in zip(evaluators, counts):
+            for evaluator, images in zip(evaluators, counts):
                 with quiet_logging() if self.quiet else nullcontext():
                     metrics = evaluator.evaluate(size)
                 metrics = {k: float(v) for k, v in metrics.items()}
-                metrics['nonfinite_fraction'] = bad / total if total else 0.0
+                # every rank's images, the padding dropped, as the metric
+                images = gather_images(images, size)
+                total = sum(values for _, values in images)
+                metrics['nonfinite_fraction'] = sum(
+                    bad for bad, _ in images) / total if total else 0.0
                 results.append(metrics)
         return results

@@ -305,6 +305,11 @@ class NoiseSweep:
         self.on_progress = on_progress or (lambda status: None)
         self.shared = shared
         self.log = log
+        #: the data set's size, where ``evaluate`` tells it: the padding a
+        #: distributed evaluation adds is then left out of the per-image
+        #: statistics (non-finite fraction, attention usage)
+        self.num_images: Optional[int] = getattr(evaluate, 'num_images',
+                                                 None)
 
     @property
     def num_evaluations(self) -> int:
@@ -340,7 +345,8 @@ class NoiseSweep:
                 f'the test evaluator reports {sorted(metrics)}, not mIoU; '
                 "the sweep needs IoUMetric with iou_metrics=['mIoU']")
         metrics = {k: metrics[k] for k in METRICS if k in metrics}
-        metrics['nonfinite_fraction'] = counter.fraction
+        metrics['nonfinite_fraction'] = counter.fraction_over_ranks(
+            self.num_images)
         return metrics
 
     def run(self) -> Dict[str, Any]:
@@ -350,10 +356,10 @@ class NoiseSweep:
             sites = [s for sel in self.selections for s in sel.sites]
             sites = list({s.name: s for s in sites}.values())
             start = time.time()
-            with AttentionUsage(sites) as usage:
+            with AttentionUsage(sites, self.model) as usage:
                 clean = self._evaluate()
             clean['seconds'] = time.time() - start
-            store.set_usage(usage.summary())
+            store.set_usage(usage.summary(self.num_images))
             store.set_clean(clean)
             self.on_progress(f'clean mIoU {clean["mIoU"]:.2f}')
         clean_miou = store.data['clean']['mIoU']

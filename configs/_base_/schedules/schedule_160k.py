@@ -41,6 +41,11 @@ param_scheduler = [
         end=released_iters + 1,
         by_epoch=False)
 ]
+# The learning rate above is the released one at the released world batch
+# (8 GPUs x 1 image). tools/train.py --auto-scale-lr scales it linearly to
+# the run's world batch (mmengine: lr x GPUs x batch_size / 8); without it a
+# run on other GPUs keeps the lr, so its batch differs from the recipe's.
+auto_scale_lr = dict(enable=False, base_batch_size=8)
 train_cfg = dict(
     type='IterBasedTrainLoop', max_iters=released_iters, val_interval=16000)
 val_cfg = dict(type='ValLoop')

@@ -5,6 +5,8 @@
 # 0.01) is schedule_80k_cityscapes.
 _base_ = './schedule_160k.py'
 released_iters = 256 * 313
+# the released world batch (8 GPUs x 2 images), see schedule_160k
+auto_scale_lr = dict(base_batch_size=16)
 param_scheduler = [
     dict(
         type='PolyLR',

@@ -5,6 +5,8 @@
 _base_ = './schedule_80k.py'
 released_iters = 216 * 372
 optimizer = dict(lr=0.01)
+# the released world batch (8 GPUs x 1 image), see schedule_160k
+auto_scale_lr = dict(base_batch_size=8)
 optim_wrapper = dict(optimizer=optimizer)
 param_scheduler = [
     dict(

@@ -23,6 +23,9 @@ param_scheduler = [
 # a fixed seed, so that a demo run repeats on the same machine (mmengine
 # otherwise draws one per run; the CPU demo then varies by several mIoU)
 randomness = dict(seed=0)
+# the lr above is for 8 crops per step (1 process x 8); --auto-scale-lr
+# scales it to another world batch (see schedule_160k)
+auto_scale_lr = dict(enable=False, base_batch_size=8)
 train_cfg = dict(
     type='IterBasedTrainLoop', max_iters=800, val_interval=800)
 val_cfg = dict(type='ValLoop')

@@ -6,13 +6,15 @@ of non-finite logits under each noise setting)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmseg.registry import HOOKS
+
+from mmseg_whitebox.utils.per_image import gather_images
 
 #: how many image names a warning lists
 SHOWN = 3
@@ -50,11 +52,23 @@ class NonFiniteCounter(Hook):
         self.total = 0
         self.bad_inputs: List[str] = []
         self.bad_predictions: List[str] = []
+        #: (non-finite, all) logits of each image, in the order counted
+        self.per_image: List[Tuple[int, int]] = []
 
     @property
     def fraction(self) -> float:
         """The fraction of the counted logits that are NaN/Inf."""
         return self.nonfinite / self.total if self.total else 0.0
+
+    def fraction_over_ranks(self, num_images: Optional[int] = None) -> float:
+        """:attr:`fraction` over every process of a distributed run (each
+        counts its own images): the images' counts gathered, the padding
+        of the data set's ``num_images`` images dropped
+        (:func:`~mmseg_whitebox.utils.per_image.gather_images`), summed,
+        then divided. A collective: every rank calls it."""
+        counts = gather_images(self.per_image, num_images)
+        total = sum(values for _, values in counts)
+        return sum(bad for bad, _ in counts) / total if total else 0.0
 
     def count(self, outputs: Any, inputs: Sequence[Any] = ()) -> None:
         """Count the ``seg_logits`` of the data samples ``outputs`` and the
@@ -65,12 +79,14 @@ class NonFiniteCounter(Hook):
             self.images += 1
             name = sample.metainfo.get('img_path', f'image {self.images}')
             logits = getattr(sample, 'seg_logits', None)
+            bad = values = 0
             if logits is not None:
-                bad = count_nonfinite(logits.data)
+                bad, values = count_nonfinite(logits.data), logits.data.numel()
                 self.nonfinite += bad
-                self.total += logits.data.numel()
+                self.total += values
                 if bad:
                     self.bad_predictions.append(name)
+            self.per_image.append((bad, values))
             if i < len(inputs) and isinstance(inputs[i], torch.Tensor) \
                     and count_nonfinite(inputs[i]):
                 self.bad_inputs.append(name)

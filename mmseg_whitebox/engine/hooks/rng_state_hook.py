@@ -1,47 +1,234 @@
-"""Keep torch's random state in checkpoints, so that ``--resume`` continues
-a run exactly as if it had never stopped."""
+"""Keep every process's random states in checkpoints, so that ``--resume``
+continues a run exactly as if it had never stopped, on one process or on
+many."""
 from __future__ import annotations
 
-from typing import Any, Dict
+import random
+from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
-from mmengine.hooks import Hook
+from mmengine.dist import all_gather_object, get_rank, get_world_size
+from mmengine.hooks import CheckpointHook, Hook
 from mmseg.registry import HOOKS
 
 KEY = 'rng_state'
 
+RandomState = Dict[str, Any]
+
+
+def capture_random_state() -> RandomState:
+    """This process's random states: Python's ``random``, numpy's global
+    generator, torch's CPU generator and, once CUDA is in use, the
+    generator of this process's own (current) GPU."""
+    state = {'python': random.getstate(), 'numpy': np.random.get_state(),
+             'torch': torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_random_state(state: RandomState) -> None:
+    """Set the states :func:`capture_random_state` returned (or the torch
+    and CUDA states of a checkpoint from before per-process states: no
+    ``python``/``numpy``, ``cuda`` a list of every GPU's state). A
+    checkpoint loaded onto a GPU has its tensors there; the generators
+    take CPU tensors."""
+    if 'python' in state:
+        random.setstate(state['python'])
+    if 'numpy' in state:
+        np.random.set_state(state['numpy'])
+    torch.set_rng_state(state['torch'].cpu())
+    cuda = state.get('cuda')
+    if cuda is None or not torch.cuda.is_available():
+        return
+    if isinstance(cuda, (list, tuple)):  # earlier checkpoints: every GPU's
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+    else:
+        torch.cuda.set_rng_state(cuda.cpu())
+
+
+class _RestoreBeforeNextBatch:
+    """Stands in for an ``IterBasedTrainLoop``'s data iterator on resume:
+    lets the loop replay the ``replayed`` batches the checkpoint had
+    trained, then, right before the first batch to train is loaded,
+    restores ``state`` and gives the loop its own iterator back."""
+
+    def __init__(self, loop: Any, iterator: Any, replayed: int,
+                 state: RandomState) -> None:
+        self._loop, self._iterator = loop, iterator
+        self._left, self._state = replayed, state
+
+    def __iter__(self) -> '_RestoreBeforeNextBatch':
+        return self
+
+    def skip_iter(self, num: int) -> None:
+        """onedl-mmengine's replay (mmengine 0.10.7 calls ``next``)."""
+        self._iterator.skip_iter(num)
+        self._left -= num
+
+    def __next__(self) -> Any:
+        if self._left > 0:
+            self._left -= 1
+        else:
+            restore_random_state(self._state)
+            self._loop.dataloader_iterator = self._iterator
+        return next(self._iterator)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__['_iterator'], name)
+
 
 @HOOKS.register_module()
 class RNGStateCheckpointHook(Hook):
-    """Save torch's (CPU and CUDA) random state with every checkpoint and
-    restore it when a run resumes from one.
+    """Save every process's random states with every checkpoint and
+    restore each process's own when a run resumes from one.
 
     mmengine's resume restores weights, optimizer, schedulers and the data
-    order, but not the random state that the model's own randomness draws
-    from during training (e.g. stochastic depth, ``drop_path_rate`` of
-    Segmenter's head), so a resumed run diverges from an uninterrupted one.
-    numpy's and Python's states are left alone: they drive the data
-    pipeline, which mmengine replays when it skips the trained batches.
+    order, but no random state: the model's own randomness (stochastic
+    depth, dropout) would then draw other numbers than in an uninterrupted
+    run. Saved, in ``checkpoint['rng_state']``: ``world_size`` and
+    ``ranks``, one state per process (:func:`capture_random_state`:
+    Python, numpy, torch CPU, the process's GPU).
+
+    *When they are taken.* mmengine 0.10.7 calls ``save_checkpoint`` (and
+    so ``before_save_checkpoint``) on rank 0 alone, so the other ranks'
+    states are gathered before: in ``after_train_iter`` /
+    ``after_train_epoch`` (this hook runs before the ``CheckpointHook``s),
+    on every rank, when a checkpoint hook of the runner will save then
+    (its own interval, ``save_begin`` and ``save_last``). A checkpoint
+    saved at another moment (``save_best``, after validation) holds rank
+    0's state only; resuming from it warns for the other ranks.
+
+    *When they are restored.* On resume, mmengine replays the data loader
+    over the batches already trained (so that the data pipeline's random
+    transforms, which draw from numpy in the loading process, advance as
+    before). The states are restored after that replay, right before the
+    first batch to train is loaded: the point the uninterrupted run had
+    reached when it saved. Validation, which draws a seed from torch's
+    generator for its data loader, leaves the training's random states
+    as they were (they are put back after it), so a run validated at a
+    checkpoint resumes exactly too.
+
+    *Another number of processes.* A checkpoint saved by another number of
+    processes than the resuming run has restores nothing, with a warning:
+    the ranks would take other data anyway (the sampler splits the data
+    by the number of processes), so the run cannot continue as the
+    uninterrupted one; it continues from the config's seed. Checkpoints of
+    earlier versions (torch's and CUDA's state of rank 0 alone) resume as
+    one process's.
+
     Loading weights without resuming (``load_from``, tests) restores
     nothing.
     """
 
-    priority = 'NORMAL'  # before WeightsOnlyCheckpointHook (LOWEST)
+    priority = 'NORMAL'  # before CheckpointHook (VERY_LOW) and
+    # WeightsOnlyCheckpointHook (LOWEST)
+
+    def __init__(self) -> None:
+        #: ((epoch, iter), every rank's state) gathered for the next save
+        self._gathered: Optional[Tuple[Tuple[int, int],
+                                       List[RandomState]]] = None
+        #: the training's states while validation runs
+        self._outside_val: Optional[RandomState] = None
+        #: this rank's state from the checkpoint, until it is restored
+        self._pending: Optional[RandomState] = None
+
+    # ------------------------------------------------------------ saving
+    def after_train_iter(self, runner: Any, batch_idx: int,
+                         data_batch: Any = None,
+                         outputs: Any = None) -> None:
+        if get_world_size() > 1 and self._saves(runner, by_epoch=False):
+            self._gather(runner)
+
+    def after_train_epoch(self, runner: Any) -> None:
+        if get_world_size() > 1 and self._saves(runner, by_epoch=True):
+            self._gather(runner)
+
+    @staticmethod
+    def _saves(runner: Any, by_epoch: bool) -> bool:
+        """Whether a checkpoint hook of ``runner`` saves in this
+        ``after_train_epoch`` (``by_epoch``) or ``after_train_iter``: the
+        conditions of mmengine's ``CheckpointHook``, with its settings."""
+        for hook in runner.hooks:
+            if not isinstance(hook, CheckpointHook) or \
+                    hook.by_epoch != by_epoch:
+                continue
+            if by_epoch:
+                due = hook.every_n_epochs(runner, hook.interval,
+                                          hook.save_begin) or (
+                    hook.save_last and hook.is_last_train_epoch(runner))
+            else:
+                due = hook.every_n_train_iters(runner, hook.interval,
+                                               hook.save_begin) or (
+                    hook.save_last and hook.is_last_train_iter(runner))
+            if due:
+                return True
+        return False
+
+    def _gather(self, runner: Any) -> None:
+        states = all_gather_object(capture_random_state())
+        self._gathered = ((runner.epoch, runner.iter), states) \
+            if get_rank() == 0 else None
 
     def before_save_checkpoint(self, runner: Any,
                                checkpoint: Dict[str, Any]) -> None:
-        state = {'torch': torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            state['cuda'] = torch.cuda.get_rng_state_all()
-        checkpoint[KEY] = state
+        world_size = get_world_size()
+        if world_size == 1:
+            ranks = [capture_random_state()]
+        elif self._gathered and \
+                self._gathered[0] == (runner.epoch, runner.iter):
+            ranks = self._gathered[1]
+        else:  # a save no training step announced (save_best)
+            ranks = [capture_random_state()] + [None] * (world_size - 1)
+        checkpoint[KEY] = dict(world_size=world_size, ranks=ranks)
 
+    # ---------------------------------------------------------- restoring
     def after_load_checkpoint(self, runner: Any,
                               checkpoint: Dict[str, Any]) -> None:
-        state = checkpoint.get(KEY)
-        if not getattr(runner, '_resume', False) or not state:
+        self._pending = None
+        saved = checkpoint.get(KEY)
+        if not getattr(runner, '_resume', False) or not saved:
             return
-        torch.set_rng_state(state['torch'])
-        cuda = state.get('cuda')
-        if cuda and torch.cuda.is_available() and \
-                len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
+        if 'ranks' in saved:
+            ranks, saved_world = saved['ranks'], saved['world_size']
+        else:  # earlier versions: one process's torch (and CUDA) state
+            ranks, saved_world = [saved], 1
+        world_size = get_world_size()
+        if saved_world != world_size:
+            runner.logger.warning(
+                f'random states not restored: the checkpoint was saved by '
+                f'{saved_world} process(es) and this run has {world_size}; '
+                'the run goes on from the seed of its config, not as the '
+                'uninterrupted run would')
+            return
+        missing = [r for r, state in enumerate(ranks) if state is None]
+        if missing:
+            runner.logger.warning(
+                f'the checkpoint holds no random state of rank(s) {missing} '
+                '(saved outside a training step, e.g. by save_best): those '
+                'ranks go on from the seed of the config')
+        self._pending = ranks[get_rank()]
+
+    def before_train(self, runner: Any) -> None:
+        state, self._pending = self._pending, None
+        if state is None:
+            return
+        loop = runner.train_loop
+        iterator = getattr(loop, 'dataloader_iterator', None)
+        replayed = getattr(loop, 'iter', 0)
+        if iterator is None or replayed == 0:  # no replay (epoch-based)
+            restore_random_state(state)
+        else:
+            loop.dataloader_iterator = _RestoreBeforeNextBatch(
+                loop, iterator, replayed, state)
+
+    # --------------------------------------------------------- validation
+    def before_val(self, runner: Any) -> None:
+        self._outside_val = capture_random_state()
+
+    def after_val(self, runner: Any) -> None:
+        if self._outside_val is not None:
+            restore_random_state(self._outside_val)
+            self._outside_val = None

@@ -267,8 +267,8 @@ def test_slurm_train_then_test(slurm_cluster, tiny_ade, tmp_path):
                   ['--cfg-options'] + opts, env)
     where = f'{log[-6000:]}\n{slurm_cluster.logs()}'
     assert rc == 0, where
-    assert 'Distributed training: True' in log, where
-    assert "launcher = 'slurm'" in log, where
+    assert 'Distributed launcher: slurm' in log, where
+    assert 'GPU number: 2' in log, where  # mmengine's name for world size
     assert "dist_cfg=dict(backend='gloo')" in log, where
     assert 'Iter(train) [2/2]' in log, where
     ckpt = work / 'iter_2.pth'
@@ -286,3 +286,35 @@ def test_slurm_train_then_test(slurm_cluster, tiny_ade, tmp_path):
     assert 'Iter(test) [' in log and 'mIoU' in log, where
     metrics = _metrics(str(tmp_path / 'test'))
     assert {'mIoU', 'aAcc', 'mAcc'} <= set(metrics), metrics
+
+
+def test_setup_distributed_under_slurm_without_cuda(monkeypatch):
+    """--launcher slurm with no CUDA: gloo, the process group initialised
+    from srun's variables (one task here), env_cfg's ``port`` used as the
+    master port and not passed to torch."""
+    from mmengine.config import Config
+    from mmseg_whitebox.utils.distributed import setup_distributed
+    monkeypatch.setattr('torch.cuda.is_available', lambda: False)
+    for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_PORT'):
+        # recorded (setenv) so that what setup_distributed sets is undone
+        monkeypatch.setenv(key, '')
+        monkeypatch.delenv(key)
+    port = free_port()
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    for key, value in dict(SLURM_PROCID='0', SLURM_NTASKS='1',
+                           SLURM_LOCALID='0',
+                           SLURM_NODELIST='localhost').items():
+        monkeypatch.setenv(key, value)
+    cfg = Config(dict(launcher='slurm', env_cfg=dict(
+        dist_cfg=dict(backend='nccl', port=port, timeout=60))))
+    try:
+        assert setup_distributed(cfg) == 'gloo'
+        assert dist.is_initialized() and dist.get_world_size() == 1
+        assert dist.get_backend() == 'gloo'
+        assert os.environ['MASTER_PORT'] == str(port)
+        assert (os.environ['RANK'], os.environ['LOCAL_RANK']) == ('0', '0')
+        assert cfg.env_cfg.dist_cfg['backend'] == 'gloo'
+        assert cfg.model_wrapper_cfg['device_ids'] is None
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

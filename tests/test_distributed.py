@@ -115,7 +115,12 @@ def test_launcher_without_torchrun_environment_is_a_clear_error(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(ToolError, match='tools/dist_train.sh'):
         setup_distributed(Config(dict(launcher='pytorch')))
-    with pytest.raises(ToolError, match='--launcher slurm needs CUDA'):
+    with pytest.raises(ToolError, match='--launcher mpi needs CUDA'):
+        setup_distributed(Config(dict(launcher='mpi')))
+    for key in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID',
+                'SLURM_NODELIST'):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(ToolError, match='--launcher slurm: SLURM_PROCID'):
         setup_distributed(Config(dict(launcher='slurm')))
     assert setup_distributed(Config(dict(launcher='none'))) is None
 

@@ -1,4 +1,5 @@
-"""Distributed runs (``--launcher pytorch``) on GPUs and on CPU-only machines.
+"""Distributed runs (``--launcher pytorch`` or ``slurm``) on GPUs and on
+CPU-only machines.
 
 mmengine 0.10.7 assumes GPUs once a launcher is set: its ``init_dist``
 always calls ``torch.cuda.set_device`` (which a CPU torch does not have) and
@@ -9,18 +10,86 @@ would, through the settings the Runner reads: the ``gloo`` backend in
 ``env_cfg.dist_cfg``, a ``model_wrapper_cfg`` with ``device_ids=None``, and
 the process group itself (the Runner only initialises one when none
 exists). With CUDA nothing is changed.
+
+Under ``--launcher slurm`` without CUDA, the variables torchrun would set
+are first derived from the ones ``srun`` sets for every task
+(:func:`slurm_environment`, as mmengine's own Slurm set-up does), so the
+same gloo path serves both launchers.
 """
 from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Optional
+import subprocess
+from typing import Any, Dict, Mapping, Optional
 
 from .tool_error import ToolError
 
 #: what torchrun (``python -m torch.distributed.run``) sets for every process
 TORCHRUN_ENV = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
 DEFAULT_WRAPPER = 'MMDistributedDataParallel'
+#: what srun sets for every task, and :func:`slurm_environment` reads
+SLURM_ENV = ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID',
+             'SLURM_NODELIST')
+#: torch.distributed's default port, mmengine's default under Slurm
+DEFAULT_PORT = 29500
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a Slurm node list (``node[01-04]`` style), as
+    ``scontrol show hostnames`` expands it: the rank-0 host, where the
+    rendezvous listens."""
+    try:
+        proc = subprocess.run(['scontrol', 'show', 'hostnames', nodelist],
+                              capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise ToolError(
+            '--launcher slurm: the scontrol command is not on PATH, so the '
+            f'first host of SLURM_NODELIST={nodelist!r} is unknown; run on a '
+            'Slurm node or set MASTER_ADDR') from None
+    hosts = proc.stdout.split()
+    if proc.returncode != 0 or not hosts:
+        raise ToolError(
+            f'--launcher slurm: `scontrol show hostnames {nodelist}` failed '
+            f'({proc.stderr.strip() or "no hosts"}); set MASTER_ADDR to the '
+            'first node of the job')
+    return hosts[0]
+
+
+def slurm_environment(environ: Optional[Mapping[str, str]] = None,
+                      port: Optional[int] = None) -> Dict[str, str]:
+    """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
+    ``MASTER_PORT`` for a task that srun started, from ``environ``
+    (default ``os.environ``): what torchrun would have set, so the gloo
+    set-up reads the same variables under both launchers.
+
+    As in mmengine's ``_init_dist_slurm``: the master is the first host of
+    ``SLURM_NODELIST`` unless ``MASTER_ADDR`` is set; the port is ``port``
+    (``env_cfg.dist_cfg.port``), else ``MASTER_PORT``, else 29500."""
+    environ = os.environ if environ is None else environ
+    missing = [k for k in SLURM_ENV if not environ.get(k)]
+    if missing:
+        raise ToolError(
+            f'--launcher slurm: {", ".join(missing)} not set (srun sets '
+            'them for every task); start the processes with '
+            'tools/slurm_train.sh / tools/slurm_test.sh or srun, or use '
+            '--launcher pytorch under torchrun')
+    numbers = {}
+    for key in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID'):
+        try:
+            numbers[key] = int(environ[key])
+        except ValueError:
+            raise ToolError(f'--launcher slurm: {key}={environ[key]!r} is '
+                            'not a number; start the tasks with srun') \
+                from None
+    if port is None:
+        port = environ.get('MASTER_PORT') or DEFAULT_PORT
+    addr = environ.get('MASTER_ADDR') or first_slurm_host(
+        environ['SLURM_NODELIST'])
+    return dict(RANK=str(numbers['SLURM_PROCID']),
+                WORLD_SIZE=str(numbers['SLURM_NTASKS']),
+                LOCAL_RANK=str(numbers['SLURM_LOCALID']),
+                MASTER_ADDR=addr, MASTER_PORT=str(port))
 
 
 def cpu_model_wrapper_cfg(cfg: Any) -> dict:
@@ -49,7 +118,9 @@ def setup_distributed(cfg: Any) -> Optional[str]:
     Returns the communication backend, or None when ``cfg.launcher`` is
     ``'none'``. With CUDA the config is left as it is (mmengine's NCCL
     set-up); without CUDA the run uses gloo on CPU processes and the
-    process group is initialised here, from the environment torchrun sets.
+    process group is initialised here, from the environment torchrun sets
+    (``--launcher pytorch``) or, under ``--launcher slurm``, the one
+    :func:`slurm_environment` derives from srun's.
     """
     launcher = cfg.get('launcher', 'none')
     if launcher in (None, 'none'):
@@ -59,12 +130,15 @@ def setup_distributed(cfg: Any) -> Optional[str]:
     dist_cfg = dict(env_cfg.get('dist_cfg', None) or {})
     if torch.cuda.is_available():
         return dist_cfg.get('backend', 'nccl')
-    if launcher != 'pytorch':
+    if launcher == 'slurm':
+        os.environ.update(slurm_environment(port=dist_cfg.get('port')))
+    elif launcher != 'pytorch':
         raise ToolError(
             f'--launcher {launcher} needs CUDA GPUs (mmengine sets a GPU per '
             'process) and none is available here; on a CPU-only machine '
             'start the processes with tools/dist_train.sh or '
-            'tools/dist_test.sh (--launcher pytorch), which use gloo')
+            'tools/dist_test.sh (--launcher pytorch) or tools/slurm_train.sh '
+            '/ tools/slurm_test.sh (--launcher slurm), which use gloo')
     missing = [k for k in TORCHRUN_ENV if k not in os.environ]
     if missing:
         raise ToolError(
@@ -83,7 +157,9 @@ def setup_distributed(cfg: Any) -> Optional[str]:
 
     from torch import distributed as dist
     if not dist.is_initialized():
-        kwargs = {k: v for k, v in dist_cfg.items() if k != 'backend'}
+        # 'port' is mmengine's Slurm setting, read above, not torch's
+        kwargs = {k: v for k, v in dist_cfg.items()
+                  if k not in ('backend', 'port')}
         if kwargs.get('timeout') is not None:  # seconds, as in mmengine
             kwargs['timeout'] = datetime.timedelta(seconds=kwargs['timeout'])
         kwargs.pop('init_backend', None)

@@ -47,9 +47,10 @@ def check_device(device: Optional[str]) -> None:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = parsed.index or 0
     if index >= count:
+        from .device import cuda_seen
         have = f'{count} CUDA device(s)' if count else 'no CUDA device'
-        raise ToolError(f'--device {device}: this machine has {have}; use '
-                        '--device cpu (or leave --device out) or run on a '
+        raise ToolError(f'--device {device}: this machine has {have} '
+                        f'({cuda_seen()}); use --device cpu or run on a '
                         'machine with that GPU')
 
 

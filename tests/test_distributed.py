@@ -118,7 +118,8 @@ def test_scripts_prefer_the_active_environment(tmp_path):
     venv = fake_env(tmp_path, 'venv')
     conda = fake_env(tmp_path, 'conda')
     for env, chosen in (
-            (dict(VIRTUAL_ENV=venv, CONDA_PREFIX=conda), (venv, 'VIRTUAL_ENV')),
+            (dict(VIRTUAL_ENV=venv, CONDA_PREFIX=conda),
+             (venv, 'VIRTUAL_ENV')),
             (dict(CONDA_PREFIX=conda), (conda, 'CONDA_PREFIX')),
             (dict(PYTHON=osp.join(venv, 'bin', 'python'), CONDA_PREFIX=conda),
              (venv, 'PYTHON'))):
@@ -179,7 +180,8 @@ def test_unreachable_pretrained_weights_stop_every_rank(tiny_ade, tmp_path):
     line = last_line(out)
     assert line.startswith('train.py: error: could not download the '
                            f'pretrained weights {url} ('), out
-    cached = tmp_path / 'torch' / 'hub' / 'checkpoints' / 'vit_demo_weights.pth'
+    cached = (tmp_path / 'torch' / 'hub' / 'checkpoints' /
+              'vit_demo_weights.pth')
     assert f'put it at {cached}' in line
     assert out.count(line) == NPROC + 1, out  # each rank's, then again
     assert 'Iter(train)' not in out and not glob.glob(str(work_dir / '*'))

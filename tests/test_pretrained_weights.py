@@ -127,7 +127,8 @@ def test_a_url_that_cannot_be_had_is_one_line(hub):
     with pytest.raises(ToolError) as error:
         fetch_pretrained_weights(model_cfg(pretrained=url))
     line = str(error.value)
-    assert line.startswith(f'could not download the pretrained weights {url} (')
+    assert line.startswith('could not download the pretrained weights '
+                           f'{url} (')
     assert f'put it at {hub / WEIGHTS}' in line and '\n' not in line
     assert not (hub / WEIGHTS).exists()
     with open(hub / (WEIGHTS + FAILED_SUFFIX)) as f:

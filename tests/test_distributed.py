@@ -1,8 +1,10 @@
 """Distributed runs on CPU: tools/dist_train.sh and tools/dist_test.sh with
-2 processes (gloo), as a user starts them, and the noise tool under
-torchrun. CUDA is hidden from the processes, so the runs take the CPU
-path on any machine. Marked ``distributed`` (deselect with
-``-m "not distributed"``)."""
+2 processes (gloo) and ``--device cpu``, as a user starts them, and the
+noise tool under torchrun; a launched run without a GPU and without
+``--device cpu`` stops before any work, and a user's error in the ranks
+(pretrained weights that cannot be had) ends the script's output, exit 2.
+CUDA is hidden from the processes, so the runs take the CPU path on any
+machine. Marked ``distributed`` (deselect with ``-m "not distributed"``)."""
 import glob
 import json
 import math
@@ -19,8 +21,9 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from _helpers import (DEMO_SEGMENTER, REPO, run_tool, small_run_options)
+from mmseg_whitebox.utils.device import cuda_hidden, resolve_device
 from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
-                                              setup_distributed)
+                                              run_device, setup_distributed)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 pytestmark = [
@@ -91,6 +94,100 @@ def test_scripts_have_help_and_check_arguments():
     assert rc == 2 and 'no Python with torch found' in out
 
 
+def fake_env(root, name: str, real: str = None) -> str:
+    """An environment folder ``root/name`` whose bin/python is a small
+    script: running ``real`` (with torch), or, without it, failing as a
+    Python without torch would."""
+    folder = root / name
+    (folder / 'bin').mkdir(parents=True)
+    python = folder / 'bin' / 'python'
+    python.write_text('#!/bin/sh\n' + (f'exec "{real}" "$@"\n' if real else
+                                       'exit 1\n'))
+    python.chmod(0o755)
+    return str(folder)
+
+
+def without_python_choice(**env) -> dict:
+    """The environment of a launch script that must choose its Python
+    itself: no PYTHON, VIRTUAL_ENV, CONDA_PREFIX except those given."""
+    return dict(dict(PYTHON='', VIRTUAL_ENV='', CONDA_PREFIX=''), **env)
+
+
+def test_scripts_prefer_the_active_environment(tmp_path):
+    """PYTHON, then VIRTUAL_ENV, then CONDA_PREFIX, then the checkout's
+    .venv: the chosen Python is the one named, here one without torch."""
+    venv = fake_env(tmp_path, 'venv')
+    conda = fake_env(tmp_path, 'conda')
+    for env, chosen in (
+            (dict(VIRTUAL_ENV=venv, CONDA_PREFIX=conda),
+             (venv, 'VIRTUAL_ENV')),
+            (dict(CONDA_PREFIX=conda), (conda, 'CONDA_PREFIX')),
+            (dict(PYTHON=osp.join(venv, 'bin', 'python'), CONDA_PREFIX=conda),
+             (venv, 'PYTHON'))):
+        rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, '2'],
+                             check=False, **without_python_choice(**env))
+        python = osp.join(chosen[0], 'bin', 'python')
+        assert rc == 2, out
+        assert f"no Python with torch found (tried '{python}' from " \
+            f'{chosen[1]})' in out, out
+
+
+def last_line(out: str) -> str:
+    return [line for line in out.splitlines() if line.strip()][-1]
+
+
+def test_launch_without_gpu_stops_before_any_work(tmp_path):
+    """No CUDA and no --device cpu: every rank stops before the Runner
+    (nothing trained, no work dir), and the script's last line is the
+    ranks' one, exit 2. The script starts with the Python of the active
+    virtualenv and says what it runs with."""
+    venv = fake_env(tmp_path, 'venv', sys.executable)
+    work_dir = tmp_path / 'work'
+    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, str(NPROC),
+                          '--work-dir', str(work_dir)], check=False,
+                         **without_python_choice(VIRTUAL_ENV=venv))
+    assert rc == 2, out[-6000:]
+    python = osp.join(venv, 'bin', 'python')
+    assert out.splitlines()[0] == (
+        f'dist_train.sh: Python {python} (from VIRTUAL_ENV): torch '
+        f'{torch.__version__}, CUDA {torch.version.cuda or "none"}, 0 CUDA '
+        "device(s) visible (CUDA_VISIBLE_DEVICES='')")
+    line = last_line(out)
+    assert line.startswith('train.py: error: --launcher pytorch without '
+                           '--device: no CUDA device is visible (torch '), out
+    assert "CUDA_VISIBLE_DEVICES='', 0 CUDA device(s)" in line
+    assert 'pass --device cpu' in line
+    assert out.count(line) == NPROC + 1, out  # each rank's, then again
+    assert 'Iter(train)' not in out and not work_dir.exists()
+
+
+def test_unreachable_pretrained_weights_stop_every_rank(tiny_ade, tmp_path):
+    """Pretrained weights at a URL nobody answers, with an empty hub cache:
+    each rank tries itself, before any collective step, and stops with
+    the same line (none is left at a barrier); it ends the script's
+    output, exit 2. The Python is the active conda environment's."""
+    conda = fake_env(tmp_path, 'conda', sys.executable)
+    url = f'http://127.0.0.1:{free_port()}/vit_demo_weights.pth'
+    work_dir = tmp_path / 'work'
+    rc, out = run_script(
+        ['tools/dist_train.sh', DEMO_SEGMENTER, str(NPROC), '--device', 'cpu',
+         '--work-dir', str(work_dir), '--cfg-options',
+         f'model.pretrained={url}'] + small_run_options(tiny_ade, iters=2),
+        check=False, TORCH_HOME=str(tmp_path / 'torch'),
+        **without_python_choice(CONDA_PREFIX=conda))
+    assert rc == 2, out[-6000:]
+    assert f'(from CONDA_PREFIX): torch {torch.__version__}' in \
+        out.splitlines()[0]
+    line = last_line(out)
+    assert line.startswith('train.py: error: could not download the '
+                           f'pretrained weights {url} ('), out
+    cached = (tmp_path / 'torch' / 'hub' / 'checkpoints' /
+              'vit_demo_weights.pth')
+    assert f'put it at {cached}' in line
+    assert out.count(line) == NPROC + 1, out  # each rank's, then again
+    assert 'Iter(train)' not in out and not glob.glob(str(work_dir / '*'))
+
+
 def test_cpu_wrapper_keeps_config_settings_and_drops_device_ids():
     cfg = Config(dict(model_wrapper_cfg=dict(
         type='MMDistributedDataParallel', find_unused_parameters=True)))
@@ -114,15 +211,84 @@ def test_launcher_without_torchrun_environment_is_a_clear_error(monkeypatch):
     for key in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(ToolError, match='tools/dist_train.sh'):
+        setup_distributed(Config(dict(launcher='pytorch')), 'cpu')
+    # no device given: decided, and a launched run without a GPU refused
+    with pytest.raises(ToolError, match='--device cpu'):
         setup_distributed(Config(dict(launcher='pytorch')))
-    with pytest.raises(ToolError, match='--launcher mpi needs CUDA'):
-        setup_distributed(Config(dict(launcher='mpi')))
+    with pytest.raises(ToolError, match='--launcher mpi --device cpu'):
+        setup_distributed(Config(dict(launcher='mpi')), 'cpu')
     for key in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID',
                 'SLURM_NODELIST'):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(ToolError, match='--launcher slurm: SLURM_PROCID'):
-        setup_distributed(Config(dict(launcher='slurm')))
+        setup_distributed(Config(dict(launcher='slurm')), 'cpu')
     assert setup_distributed(Config(dict(launcher='none'))) is None
+
+
+LAUNCHERS = ('none', 'pytorch', 'slurm')
+
+
+@pytest.mark.parametrize('cuda', [True, False])
+@pytest.mark.parametrize('device', [None, 'cpu', 'cuda'])
+@pytest.mark.parametrize('launcher', LAUNCHERS)
+def test_device_decision(monkeypatch, launcher, device, cuda):
+    """cpu when asked; cuda when asked and visible; by default the GPU
+    when one is visible, else the CPU for one process only: a launched run
+    without a GPU stops, saying what torch sees and what to do."""
+    monkeypatch.setattr('torch.cuda.is_available', lambda: cuda)
+    monkeypatch.setattr('torch.cuda.device_count', lambda: int(cuda))
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    expected = {
+        'cpu': 'cpu',
+        'cuda': 'cuda' if cuda else None,
+        None: 'cuda' if cuda else ('cpu' if launcher == 'none' else None),
+    }[device]
+    if expected is not None:
+        assert resolve_device(launcher, device) == expected
+        return
+    with pytest.raises(ToolError) as error:
+        resolve_device(launcher, device)
+    line = str(error.value)
+    assert '\n' not in line
+    for seen in (f'torch {torch.__version__}', "CUDA_VISIBLE_DEVICES=''",
+                 '0 CUDA device(s) visible', '--device cpu',
+                 'built with CUDA' if torch.version.cuda else
+                 'built without CUDA'):
+        assert seen in line, (seen, line)
+    if device is None:
+        assert f'--launcher {launcher} without --device' in line
+
+
+def test_unknown_run_device_is_refused():
+    with pytest.raises(ToolError, match="one of cuda, cpu, got 'cuda:1'"):
+        resolve_device('none', 'cuda:1')
+
+
+def test_cpu_run_hides_the_gpus_and_restores_them(monkeypatch):
+    """--device cpu on a machine with GPUs (torch's answers mocked): inside
+    the run torch and mmengine see none, and the processes it starts get
+    an empty CUDA_VISIBLE_DEVICES; all is as before afterwards."""
+    import mmengine.device.utils as engine
+    from mmengine.device import get_device
+    monkeypatch.setattr('torch.cuda.is_available', lambda: True)
+    monkeypatch.setattr('torch.cuda.device_count', lambda: 8)
+    monkeypatch.setattr(engine, 'DEVICE', 'cuda')
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
+    cfg = Config(dict(launcher='none'))
+    with run_device(cfg, 'cpu') as device:
+        assert device == 'cpu'
+        assert not torch.cuda.is_available()
+        assert torch.cuda.device_count() == 0
+        assert get_device() == 'cpu'
+        assert os.environ['CUDA_VISIBLE_DEVICES'] == ''
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 8
+    assert get_device() == 'cuda'
+    assert os.environ['CUDA_VISIBLE_DEVICES'] == '0,1'
+    with run_device(cfg, None) as device:  # the GPU, untouched
+        assert device == 'cuda' and torch.cuda.is_available()
+    monkeypatch.setattr('torch.cuda.is_available', lambda: False)
+    with cuda_hidden():  # nothing to hide: nothing changed
+        assert os.environ['CUDA_VISIBLE_DEVICES'] == '0,1'
 
 
 def test_tools_destroy_the_process_group_they_started(tmp_path):
@@ -210,6 +376,7 @@ def test_gpu_runs_are_left_to_mmengine(monkeypatch):
                       env_cfg=dict(dist_cfg=dict(backend='nccl'))))
     before = cfg.to_dict()
     assert setup_distributed(cfg) == 'nccl'
+    assert setup_distributed(cfg, 'cuda') == 'nccl'
     assert cfg.to_dict() == before and 'model_wrapper_cfg' not in cfg
 
 
@@ -218,7 +385,8 @@ def dist_trained(tiny_ade, tmp_path_factory):
     """tools/dist_train.sh, 2 CPU processes, 2 iterations."""
     work_dir = str(tmp_path_factory.mktemp('dist_train'))
     _, log = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, str(NPROC),
-                         '--work-dir', work_dir, '--cfg-options'] +
+                         '--work-dir', work_dir, '--device', 'cpu',
+                         '--cfg-options'] +
                         small_run_options(tiny_ade, iters=2))
     return dict(work_dir=work_dir, log=log, data_root=tiny_ade,
                 ckpt=osp.join(work_dir, 'iter_2.pth'))
@@ -226,8 +394,12 @@ def dist_trained(tiny_ade, tmp_path_factory):
 
 def test_dist_train_on_cpu(dist_trained):
     log = dist_trained['log']
+    assert log.startswith(f'dist_train.sh: Python {sys.executable} (from '
+                          f'PYTHON): torch {torch.__version__}, CUDA ')
+    assert "CUDA_VISIBLE_DEVICES='')" in log.splitlines()[0]
     assert 'Distributed training: True' in log
-    assert "dist_cfg=dict(backend='gloo')" in log
+    # the configs' timeout (seconds) reaches the gloo process group
+    assert "dist_cfg=dict(backend='gloo', timeout=1800)" in log
     assert 'Iter(train) [2/2]' in log
     assert osp.isfile(dist_trained['ckpt'])
     for error in ('_cuda_setDevice', 'only work with', 'Traceback'):
@@ -249,8 +421,9 @@ def test_dist_test_equals_one_process(dist_trained, tmp_path):
               '--work-dir', str(tmp_path / 'one'), '--cfg-options'] + opts)
     _, log = run_script(['tools/dist_test.sh', DEMO_SEGMENTER,
                          dist_trained['ckpt'], str(NPROC), '--work-dir',
-                         str(tmp_path / 'two'), '--cfg-options'] + opts)
-    assert "dist_cfg=dict(backend='gloo')" in log
+                         str(tmp_path / 'two'), '--device', 'cpu',
+                         '--cfg-options'] + opts)
+    assert "dist_cfg=dict(backend='gloo', timeout=1800)" in log
     one, two = _metrics(str(tmp_path / 'one')), _metrics(str(tmp_path / 'two'))
     for key in ('mIoU', 'aAcc', 'mAcc'):
         assert two[key] == one[key], (key, one, two, log[-4000:])
@@ -294,7 +467,7 @@ def test_noise_tool_under_torchrun(dist_trained, tmp_path):
                PYTHONPATH=REPO)
     cmd = torchrun_command(
         *args, '--out', str(out), '--work-dir', str(tmp_path / 'work'),
-        '--launcher', 'pytorch', *sweep)
+        '--launcher', 'pytorch', '--device', 'cpu', *sweep)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

@@ -6,7 +6,6 @@ states, and the run ends bitwise equal to an uninterrupted one. Marked
 import os
 import os.path as osp
 
-import pytest
 import torch
 
 from _helpers import REPO, assert_same, small_run_options

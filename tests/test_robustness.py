@@ -511,7 +511,7 @@ def test_a_bug_inside_a_sweep_is_not_reported_as_bad_input(tmp_path,
     from mmseg_whitebox.robustness.evaluation import RunnerEvaluation
     model = build_model('cbsa')
     monkeypatch.setattr(noise_robustness, 'runner_config',
-                        lambda *args: None)
+                        lambda *args: Config(dict(launcher='none')))
     monkeypatch.setattr(noise_robustness, 'build_test_runner',
                         lambda *args: StubRunner(model))
 

@@ -2,34 +2,52 @@
 # Finds the Python to launch with and starts torchrun through it, so that
 # nothing needs to be on PATH (no `torchrun` command, no activated venv).
 
-# The interpreter: $PYTHON if set, else the active virtualenv's, else this
-# checkout's .venv, else python3/python on PATH.
+# The interpreter, into PY (and where it came from into PY_FROM): $PYTHON
+# if set, else the active virtualenv's, else the active conda
+# environment's, else this checkout's .venv, else python3/python on PATH.
 find_python() {
-    local candidate
     if [ -n "${PYTHON:-}" ]; then
-        candidate=$PYTHON
+        PY=$PYTHON PY_FROM=PYTHON
     elif [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
-        candidate=$VIRTUAL_ENV/bin/python
+        PY=$VIRTUAL_ENV/bin/python PY_FROM=VIRTUAL_ENV
+    elif [ -n "${CONDA_PREFIX:-}" ] && [ -x "$CONDA_PREFIX/bin/python" ]; then
+        PY=$CONDA_PREFIX/bin/python PY_FROM=CONDA_PREFIX
     elif [ -x "$REPO/.venv/bin/python" ]; then
-        candidate=$REPO/.venv/bin/python
+        PY=$REPO/.venv/bin/python PY_FROM="this checkout's .venv"
     else
-        candidate=$(command -v python3 || command -v python || true)
+        PY=$(command -v python3 || command -v python || true)
+        PY_FROM=PATH
     fi
-    if [ -z "$candidate" ] || ! "$candidate" -c \
-        'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' \
-        2>/dev/null; then
-        fail "no Python with torch found (tried '${candidate:-python3}'); run \`make install\` or set PYTHON=/path/to/venv/bin/python"
-    fi
-    echo "$candidate"
+}
+
+# One line on stderr: the Python, its torch and the CUDA devices the
+# processes start with (exit 2 when that Python has no torch).
+describe_python() {
+    local seen
+    seen=$("$PY" -c '
+import os, torch
+n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+v = os.environ.get("CUDA_VISIBLE_DEVICES")
+print("torch %s, CUDA %s, %d CUDA device(s) visible (CUDA_VISIBLE_DEVICES=%s)"
+      % (torch.__version__, torch.version.cuda or "none", n,
+         "unset" if v is None else repr(v)))' 2>/dev/null) ||
+        fail "no Python with torch found (tried '${PY:-python3}' from $PY_FROM); run \`make install\`, activate the environment that has torch, or set PYTHON=/path/to/venv/bin/python"
+    echo "$PROG: Python $PY (from $PY_FROM): $seen" >&2
 }
 
 # The environment variables both scripts read, for their --help.
 DIST_ENV_HELP='environment:
-  PYTHON        interpreter to use (default: the active virtualenv'"'"'s, else
-                this checkout'"'"'s .venv/bin/python, else python3)
+  PYTHON        interpreter to use (default: the active virtualenv'"'"'s
+                ($VIRTUAL_ENV), else the active conda environment'"'"'s
+                ($CONDA_PREFIX), else this checkout'"'"'s .venv/bin/python,
+                else python3)
   PORT          master port (default 29500; use different ones for
                 concurrent runs)
-  NNODES, NODE_RANK, MASTER_ADDR   multi-node runs (defaults 1, 0, 127.0.0.1)'
+  NNODES, NODE_RANK, MASTER_ADDR   multi-node runs (defaults 1, 0, 127.0.0.1)
+
+devices: one process per GPU (NCCL). Without a visible GPU the processes
+stop at once unless ARGS has --device cpu: then they run on the CPU and
+communicate with gloo (GPUs, if any, are hidden from them).'
 
 # parse_common COUNT WHAT ARGS...: --help, then at least COUNT arguments
 # (WHAT names them), the first an existing config file (needs usage()).
@@ -56,16 +74,55 @@ check_nproc() {
         fail "GPUS must be the number of processes per node (a positive integer), got '$1'; see $PROG --help"
 }
 
-# launch SCRIPT ARGS...: one process per GPU (or CPU process) via torchrun
+# hide_gpus_for_cpu ARGS...: with --device cpu among the tool's arguments,
+# CUDA_VISIBLE_DEVICES='' for the processes (CUDA hidden before it starts)
+hide_gpus_for_cpu() {
+    local arg previous=
+    for arg in "$@"; do
+        if [ "$arg" = --device=cpu ] ||
+            { [ "$previous" = --device ] && [ "$arg" = cpu ]; }; then
+            export CUDA_VISIBLE_DEVICES=
+        fi
+        previous=$arg
+    done
+}
+
+# launch SCRIPT ARGS...: one process per GPU (or CPU process) via torchrun.
+# A rank that stops on a user's error adds its line to the file
+# $MMSEG_WHITEBOX_ERROR_FILE names (mmseg_whitebox/cli/errors.py); when
+# torchrun fails, those lines are repeated last, below torchrun's report,
+# and the exit status is 2.
 launch() {
-    local python
-    python=$(find_python)
-    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec "$python" \
+    local errors status=0
+    find_python
+    hide_gpus_for_cpu "$@"
+    describe_python
+    errors=$(mktemp "${TMPDIR:-/tmp}/mmseg_whitebox-errors.XXXXXX") ||
+        fail "cannot create a temporary file in ${TMPDIR:-/tmp}"
+    MMSEG_WHITEBOX_ERROR_FILE=$errors \
+        PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PY" \
         -m torch.distributed.run \
         --nnodes="${NNODES:-1}" \
         --node_rank="${NODE_RANK:-0}" \
         --master_addr="${MASTER_ADDR:-127.0.0.1}" \
         --nproc_per_node="$NPROC" \
         --master_port="${PORT:-29500}" \
-        "$@"
+        "$@" &
+    TORCHRUN_PID=$!
+    # a signal to this script goes on to torchrun, which stops the ranks
+    trap 'kill -TERM "$TORCHRUN_PID" 2>/dev/null' TERM INT HUP
+    wait "$TORCHRUN_PID" || status=$?
+    # a trapped signal ends `wait` early: wait for torchrun's own exit
+    while kill -0 "$TORCHRUN_PID" 2>/dev/null; do
+        status=0
+        wait "$TORCHRUN_PID" || status=$?
+    done
+    trap - TERM INT HUP
+    if [ "$status" -ne 0 ] && [ -s "$errors" ]; then
+        awk '!seen[$0]++' "$errors" >&2
+        rm -f "$errors"
+        exit 2
+    fi
+    rm -f "$errors"
+    exit "$status"
 }

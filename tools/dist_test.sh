@@ -14,8 +14,10 @@ Test CHECKPOINT of CONFIG with GPUS processes on this node: tools/test.py
 ARGS go to tools/test.py (--work-dir, --out, --show-dir, --cfg-options ...).
 The metrics equal a one-process run's.
 
-GPUS is the number of processes: one per GPU; on a machine without CUDA the
-processes run on the CPU and communicate with gloo.
+GPUS is the number of processes: one per GPU, or, with --device cpu in
+ARGS, CPU processes. The script first prints the Python, torch and CUDA
+devices it starts with; when the processes stop on a user's error, its
+line comes last and the exit status is 2.
 
 $DIST_ENV_HELP
 

@@ -13,13 +13,16 @@ Train CONFIG with GPUS processes on this node: tools/train.py --launcher
 pytorch, started by torchrun (python -m torch.distributed.run). ARGS go to
 tools/train.py (--work-dir, --resume, --cfg-options ...).
 
-GPUS is the number of processes: one per GPU; on a machine without CUDA the
-processes run on the CPU and communicate with gloo.
+GPUS is the number of processes: one per GPU, or, with --device cpu in
+ARGS, CPU processes. The script first prints the Python, torch and CUDA
+devices it starts with; when the processes stop on a user's error, its
+line comes last and the exit status is 2.
 
 $DIST_ENV_HELP
 
 example:
   $PROG configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py 8
+  $PROG configs/segmenter/segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py 2 --device cpu
 USAGE
 }
 

@@ -8,6 +8,7 @@
         [--groups [GROUP ...]] [--subspace-angles [--angle-images N]] \
         [--max-heads N | --no-shared-encoder] \
         [--cfg-options k=v ...] [--work-dir DIR] [--launcher pytorch]
+        [--device cuda|cpu]
 
 For every sigma, each of --draws noise draws adds N(0, sigma^2) noise
 (relative mode: sigma times each tensor's RMS) to every selected parameter,

@@ -3,8 +3,12 @@
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out DIR]
         [--show] [--show-dir DIR] [--tta] [--cfg-options k=v ...]
-        [--launcher pytorch] [--allow-partial-checkpoint]
-        [--allow-nonfinite-weights]
+        [--launcher pytorch] [--device cuda|cpu]
+        [--allow-partial-checkpoint] [--allow-nonfinite-weights]
+
+``--device``: cuda when a GPU is visible, else cpu; a launched run
+(``--launcher``) without a visible GPU stops unless ``--device cpu`` asks
+for CPU processes (docs/training.md, "Distributed runs").
 
 A checkpoint that does not fit the config (missing, unexpected or
 mis-shaped keys: another architecture or num_classes) or holds NaN/Inf
@@ -61,7 +65,8 @@ def main(argv=None) -> dict:
     return evaluate_checkpoint(
         load_config(args), args.checkpoint, args.out, args.show,
         args.show_dir, args.wait_time, args.tta,
-        args.allow_partial_checkpoint, args.allow_nonfinite_weights)
+        args.allow_partial_checkpoint, args.allow_nonfinite_weights,
+        args.device)
 
 
 if __name__ == '__main__':

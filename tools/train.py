@@ -2,11 +2,15 @@
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume]
         [--amp] [--amp-dtype float16|bfloat16] [--auto-scale-lr]
-        [--cfg-options k=v ...] [--launcher pytorch]
+        [--cfg-options k=v ...] [--launcher pytorch] [--device cuda|cpu]
 
-``--amp`` trains under float16 autocast with a dynamic loss scale (as
-mmseg's); ``--amp-dtype bfloat16`` under bfloat16 (docs/training.md,
-"Mixed precision").
+``--device``: cuda when a GPU is visible, else cpu; a launched run
+(``--launcher``) without a visible GPU stops unless ``--device cpu`` asks
+for CPU processes (docs/training.md, "Distributed runs"). ``--amp`` trains
+under float16 autocast with a dynamic loss scale (as mmseg's);
+``--amp-dtype bfloat16`` under bfloat16 (docs/training.md, "Mixed
+precision"). ``--auto-scale-lr`` scales the learning rate by the world
+batch over the config's ``auto_scale_lr.base_batch_size``, as mmseg's.
 """
 import argparse
 import sys
@@ -49,7 +53,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     cfg = load_config(args)
     counter = train_model(cfg, args.resume, args.amp, args.amp_dtype,
-                          args.auto_scale_lr)
+                          args.auto_scale_lr, args.device)
     if counter.summary():  # of the last validation, repeated at the end
         print(f'WARNING: {counter.summary()}', file=sys.stderr)
 

@@ -6,7 +6,11 @@ default_scope = 'mmseg'
 env_cfg = dict(
     cudnn_benchmark=True,
     mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
-    dist_cfg=dict(backend='nccl'),
+    # timeout: seconds a collective step (a barrier, a gradient all-reduce)
+    # waits for the other processes before the run stops with an error,
+    # rather than hanging; override with --cfg-options
+    # env_cfg.dist_cfg.timeout=SECONDS (docs/training.md)
+    dist_cfg=dict(backend='nccl', timeout=1800),
 )
 vis_backends = [dict(type='LocalVisBackend')]
 visualizer = dict(

@@ -15,7 +15,6 @@ from typing import Any, Dict, List
 
 from mmseg_whitebox.engine.config_checks import check_data_roots
 from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
-from mmseg_whitebox.engine.config_checks import check_data_roots
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError

@@ -221,7 +221,7 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
         log(f'[{name}] reusing finished run {ckpt} (--retrain to redo)')
     else:
         started = time.time()
-        train_model(train_cfg)
+        train_model(train_cfg, device='cpu')  # a CPU demo, GPU or not
         ckpt = final_checkpoint(work_dir)
         if ckpt is None:
             raise RuntimeError(f'training {name} left no checkpoint in '
@@ -229,7 +229,8 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
         log(f'[{name}] trained in {time.time() - started:.0f}s')
     log(f'== 3. test {name}')
     metrics = evaluate_checkpoint(
-        runner_config(path, data, osp.join(work_dir, 'test')), ckpt)
+        runner_config(path, data, osp.join(work_dir, 'test')), ckpt,
+        device='cpu')
     log(f'== 4. inference {name} (mmseg.apis)')
     model = init_model(path, ckpt, device='cpu')
     overlay = _infer_and_draw(model, data_root,

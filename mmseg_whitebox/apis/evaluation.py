@@ -1,7 +1,8 @@
 """Testing as ``tools/test.py`` tests, callable from Python.
 
 :func:`evaluate_checkpoint` is the whole tool after its arguments are
-parsed: the checkpoint checked before anything is built (a file that is
+parsed: the device decided (never the CPU for a launched run unless
+asked), the checkpoint checked before anything is built (a file that is
 not a checkpoint, one of another model or with NaN/Inf weights is
 refused unless allowed), the config's test loop and metric run by
 mmengine's Runner, predictions painted or saved on request, and the
@@ -19,6 +20,7 @@ from mmseg_whitebox.engine.config_checks import (check_tta,
                                                  reported_errors)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
 from mmseg_whitebox.engine.runner_config import build_test_runner
+from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -32,7 +34,8 @@ def evaluate_checkpoint(cfg: Any,
                         wait_time: float = 2.0,
                         tta: bool = False,
                         allow_partial_checkpoint: bool = False,
-                        allow_nonfinite_weights: bool = False
+                        allow_nonfinite_weights: bool = False,
+                        device: Optional[str] = None
                         ) -> Dict[str, float]:
     """Test ``checkpoint`` with the test loop and metric of ``cfg`` (an
     mmengine ``Config`` with its ``work_dir`` set), as ``tools/test.py``
@@ -41,19 +44,23 @@ def evaluate_checkpoint(cfg: Any,
     screen (every ``wait_time`` s) or into ``show_dir`` (relative to the
     work dir); ``tta``: the config's test-time augmentation;
     ``allow_*``: load a checkpoint that does not fit the model, or holds
-    NaN/Inf weights, instead of refusing it. Warnings (a one-class head,
-    non-finite images) go to stderr, before and again after mmengine's
-    output.
+    NaN/Inf weights, instead of refusing it; ``device``: ``'cuda'`` or
+    ``'cpu'`` (default: the GPU when one is visible, else the CPU for one
+    process; a launched run without a GPU needs ``'cpu'``, see
+    :func:`~mmseg_whitebox.utils.distributed.run_device`). Warnings (a
+    one-class head, non-finite images) go to stderr, before and again
+    after mmengine's output.
 
-    Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for an
-    input that cannot be tested, before the Runner is built, and when
-    another run writes into the work dir or ``out`` (both are locked while
-    the test runs, :mod:`~mmseg_whitebox.utils.run_lock`).
+    Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a
+    device or an input that cannot be tested, before the Runner is built,
+    and when another run writes into the work dir or ``out`` (both are
+    locked while the test runs, :mod:`~mmseg_whitebox.utils.run_lock`).
     """
-    if out is not None:  # before any work, as the other tools
-        check_writable_folder(out, '--out')
-
     with contextlib.ExitStack() as locks:
+        locks.enter_context(run_device(cfg, device))  # before any work
+        if out is not None:  # before any work, as the other tools
+            check_writable_folder(out, '--out')
+
         def prepare(cfg: Any) -> None:
             # the inputs are checked by now: one run writes there at a time
             if out is not None:

@@ -25,10 +25,6 @@ from mmseg_whitebox.visualization.images import (check_opacity, list_images,
 from mmseg_whitebox.visualization.overlay import (dataset_meta,
                                                   new_visualizer)
 from mmseg_whitebox.utils.tool_error import ToolError
-from mmseg_whitebox.visualization.images import (check_opacity, list_images,
-                                                 lock_outputs, output_paths)
-from mmseg_whitebox.visualization.overlay import (dataset_meta,
-                                                  new_visualizer)
 
 def default_device() -> str:
     """``cuda:0`` when torch sees a GPU, else ``cpu``."""

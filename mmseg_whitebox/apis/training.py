@@ -1,6 +1,9 @@
 """Training as ``tools/train.py`` trains, callable from Python.
 
 :func:`train_model` is the whole tool after its arguments are parsed: the
+device (never the CPU for a launched run unless asked), the pretrained
+weights each process needs (found or downloaded before any collective
+step, so that a failure stops every process with the same line), the
 checks of the config that would otherwise fail minutes into the run (or
 as a bare mmengine error), one run per work dir (its lock), the removal
 of checkpoint files a killed run cut off, mmengine's Runner with the
@@ -19,8 +22,10 @@ from mmseg_whitebox.engine.config_checks import (check_data_roots,
                                                  reported_errors)
 from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
                                          ResumeCheckHook)
+from mmseg_whitebox.engine.pretrained import fetch_pretrained_weights
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
+from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -28,22 +33,34 @@ from mmseg_whitebox.utils.tool_error import ToolError
 
 def train_model(cfg: Any, resume: bool = False, amp: bool = False,
                 amp_dtype: Optional[str] = None,
-                auto_scale_lr: bool = False) -> NonFiniteCounter:
+                auto_scale_lr: bool = False,
+                device: Optional[str] = None) -> NonFiniteCounter:
     """Train the model of ``cfg`` (an mmengine ``Config`` with its
-    ``work_dir`` set) as ``tools/train.py`` does: ``resume`` from the
-    latest checkpoint in the work dir (or ``load_from``); ``amp`` or an
-    ``amp_dtype`` (``'float16'``, ``'bfloat16'``) trains under autocast
-    with ``AmpOptimWrapper``; ``auto_scale_lr`` turns on the config's
-    ``auto_scale_lr``: mmengine's Runner multiplies the learning rate by
-    the run's world batch (processes x ``train_dataloader.batch_size``)
-    over its ``base_batch_size`` (the released world batch), as mmseg's
-    ``--auto-scale-lr``. Returns the counter of the non-finite values
+    ``work_dir`` and ``launcher`` set) as ``tools/train.py`` does:
+    ``resume`` from the latest checkpoint in the work dir (or
+    ``load_from``); ``amp`` or an ``amp_dtype`` (``'float16'``,
+    ``'bfloat16'``) trains under autocast with ``AmpOptimWrapper``;
+    ``auto_scale_lr`` turns on the config's ``auto_scale_lr``: mmengine's
+    Runner multiplies the learning rate by the run's world batch
+    (processes x ``train_dataloader.batch_size``) over its
+    ``base_batch_size`` (the released world batch), as mmseg's
+    ``--auto-scale-lr``; ``device``: ``'cuda'`` or ``'cpu'`` (default: the
+    GPU when one is visible, else the CPU for one process; a launched run
+    without a GPU needs ``'cpu'``, see :func:`~mmseg_whitebox.utils.
+    distributed.run_device`). Returns the counter of the non-finite values
     the run met (its ``summary()`` is the warning the tool prints).
 
     Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a
-    config that cannot train (its message says what to change), before
-    the Runner is built.
+    device or config that cannot train (its message says what to
+    change), before the Runner is built, on every process of a
+    distributed run.
     """
+    with run_device(cfg, device):
+        return _train(cfg, resume, amp, amp_dtype, auto_scale_lr)
+
+
+def _train(cfg: Any, resume: bool, amp: bool, amp_dtype: Optional[str],
+           auto_scale_lr: bool) -> NonFiniteCounter:
     if amp or amp_dtype:
         enable_amp(cfg, amp_dtype)
         problem = amp_device_problem(cfg.optim_wrapper.get('dtype', None)
@@ -59,6 +76,8 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
     if problem:
         raise ToolError(problem)
     check_writable_folder(cfg.work_dir, '--work-dir')
+    # every process, before the Runner's first collective step
+    fetch_pretrained_weights(cfg)
     # one training run per work dir, from here to the end (a crash too);
     # rank 0 holds the lock for every rank (utils/run_lock.py)
     with lock_folder(cfg.work_dir, '--work-dir'):

@@ -21,9 +21,17 @@ to :func:`report`, which tells them apart by their type alone:
 ``--debug`` on any tool's command line, or ``MMSEG_WHITEBOX_DEBUG=1`` in
 the environment, also prints the traceback of every error, bad input
 included.
+
+Where ``MMSEG_WHITEBOX_ERROR_FILE`` names a file, the line of a user's
+mistake (exit status 2, argparse's too) is also appended to it
+(:func:`record_error_line`): the launch scripts (``tools/dist_*.sh``) read
+it after torchrun ends, to repeat the ranks' line last, below torchrun's
+report, and exit 2.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
 import errno
 import os
 import os.path as osp
@@ -32,7 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from mmseg_whitebox.utils.run_lock import output_folder
 from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
@@ -42,6 +50,8 @@ from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
 DEBUG_ENV = 'MMSEG_WHITEBOX_DEBUG'
 #: the command-line flag every tool accepts for the same
 DEBUG_FLAG = '--debug'
+#: the environment variable naming the file a user error's line is added to
+ERROR_FILE_ENV = 'MMSEG_WHITEBOX_ERROR_FILE'
 #: the longest exception message an internal error's line repeats
 SUMMARY_CHARS = 400
 #: the most error logs one folder gets in one second (distributed ranks)
@@ -94,7 +104,9 @@ def report(prog: str, exc: BaseException) -> int:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     if message is not None:
         hint = '' if debug else f' {DEBUG_HINT}'
-        print(f'{prog}: error: {message}{hint}', file=sys.stderr)
+        line = f'{prog}: error: {message}{hint}'
+        print(line, file=sys.stderr)
+        record_error_line(line)
         return BAD_INPUT
     log = write_error_log(prog, exc)
     text = _one_line(str(exc))
@@ -112,6 +124,41 @@ def report(prog: str, exc: BaseException) -> int:
     print(f'{summary} -- this is a bug, not a problem with your input; '
           f'{where}', file=sys.stderr)
     return INTERNAL_ERROR
+
+
+def record_error_line(line: str) -> None:
+    """Append ``line`` (a user error's) to the file that the environment
+    variable :data:`ERROR_FILE_ENV` names, if it is set: one short append
+    per process, so the lines of several ranks do not mix."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path:
+        return
+    try:
+        with open(path, 'a', encoding='utf-8') as f:
+            f.write(_one_line(line) + '\n')
+    except OSError:
+        pass  # the line is on stderr anyway
+
+
+@contextlib.contextmanager
+def recorded_parser_errors() -> Iterator[None]:
+    """Inside the block, argparse's usage errors (exit status 2) are
+    recorded as :func:`record_error_line` records the others, when
+    :data:`ERROR_FILE_ENV` is set."""
+    if not os.environ.get(ERROR_FILE_ENV):
+        yield
+        return
+    original = argparse.ArgumentParser.error
+
+    def error(parser: argparse.ArgumentParser, message: str) -> None:
+        record_error_line(f'{parser.prog}: error: {message}')
+        original(parser, message)
+
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore
 
 
 def _one_line(text: str) -> str:

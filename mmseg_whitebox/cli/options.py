@@ -20,6 +20,7 @@ from typing import Any, Iterable, Optional, Sequence, Tuple, Type, TypeVar
 from mmengine.config import DictAction
 
 from mmseg_whitebox.utils.amp import AMP_DTYPES
+from mmseg_whitebox.utils.device import RUN_DEVICES
 from mmseg_whitebox.utils.input_checks import check_device
 from mmseg_whitebox.utils.tool_error import ToolError
 
@@ -63,11 +64,14 @@ class DeviceAction(argparse.Action):
 
 def add_device_arg(parser: argparse.ArgumentParser,
                    default: Optional[str] = 'cpu',
-                   help: Optional[str] = None) -> None:
-    """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``),
-    for every tool that has one (:class:`DeviceAction`)."""
+                   help: Optional[str] = None,
+                   choices: Optional[Sequence[str]] = None) -> None:
+    """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``;
+    ``choices``: the ones a tool takes), for every tool that has one
+    (:class:`DeviceAction`)."""
     parser.add_argument(
         '--device', default=default, action=DeviceAction,
+        choices=list(choices) if choices else None,
         help=help or f'cpu, cuda or cuda:N (default: {default})')
 
 
@@ -109,7 +113,10 @@ def add_checkpoint_check_args(parser: argparse.ArgumentParser,
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``."""
+    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--device``
+    (:data:`~mmseg_whitebox.utils.device.RUN_DEVICES`; decided by
+    :func:`~mmseg_whitebox.utils.device.resolve_device` when not given),
+    ``--local-rank``."""
     parser.add_argument(
         '--work-dir',
         help='folder for logs, checkpoints and results '
@@ -120,6 +127,11 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
         choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none',
         help='job launcher for distributed runs (dist_*.sh use pytorch)')
+    add_device_arg(
+        parser, None, choices=RUN_DEVICES,
+        help='where the run goes (default: cuda when available, else cpu; '
+        'with a launcher and no visible GPU the run stops unless --device '
+        'cpu asks for CPU processes, which use gloo)')
     # torch.distributed launchers pass --local-rank (or --local_rank)
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
 

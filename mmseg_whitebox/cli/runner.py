@@ -12,7 +12,7 @@ import os.path as osp
 import sys
 from typing import Any, Callable, Iterator, NoReturn, Optional
 
-from .errors import report, take_debug_flag
+from .errors import recorded_parser_errors, report, take_debug_flag
 
 #: exit status of a tool stopped with Ctrl-C (128 + SIGINT, as shells say)
 INTERRUPTED = 130
@@ -35,7 +35,8 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     an active exception"; pytorch/pytorch#190489)."""
     argv = take_debug_flag(argv)
     try:
-        result, status = main(argv), 0
+        with recorded_parser_errors():
+            result, status = main(argv), 0
     except Exception as exc:  # noqa: BLE001 (every failure is reported)
         prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
         result, status = None, report(prog, exc)

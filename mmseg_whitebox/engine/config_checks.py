@@ -392,11 +392,16 @@ def pretrained_urls(cfg: Any) -> List[str]:
     return urls
 
 
-def download_error_message(cfg: Any, exc: BaseException) -> str:
-    """What to say when fetching a config's pretrained weights failed."""
+def download_error_message(cfg: Any, exc: BaseException,
+                           cached: Optional[str] = None) -> str:
+    """What to say when fetching a config's pretrained weights failed
+    (``cached``: where torch's hub cache keeps the file, if known)."""
     urls = pretrained_urls(cfg)
     reason = getattr(exc, 'reason', exc)
     where = ', '.join(urls) if urls else 'a URL in the config'
+    cache = (f'put it at {cached}' if cached else "put it in torch's cache "
+             '(~/.cache/torch/hub/checkpoints/, or $TORCH_HOME/hub/'
+             'checkpoints/)')
     return (
         f'could not download the pretrained weights {where} ({reason}): '
         'is this machine offline, or behind a proxy/firewall? Download the '
@@ -404,8 +409,7 @@ def download_error_message(cfg: Any, exc: BaseException) -> str:
         'convert it if needed, e.g. tools/model_converters/timm2mmseg.py for '
         'timm ViTs), then point the config at the local copy: --cfg-options '
         'model.pretrained=/path/to/weights.pth (or model.backbone.init_cfg.'
-        'checkpoint=... where the config sets init_cfg), or put it in '
-        "torch's cache (~/.cache/torch/hub/checkpoints/); "
+        f'checkpoint=... where the config sets init_cfg), or {cache}; '
         'model.pretrained=None trains from scratch')
 
 

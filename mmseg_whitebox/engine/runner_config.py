@@ -17,7 +17,6 @@ from typing import Any, Callable, Optional
 from mmengine.config import Config
 
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
-from mmseg_whitebox.utils.distributed import setup_distributed
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 
 from .config import read_config
@@ -42,9 +41,11 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     """Read ``config`` (a file or a model name) for a Runner.
 
     The work dir is chosen as in mmseg: ``work_dir``, else the config's
-    ``work_dir``, else ``./work_dirs/<config name>``. With a launcher other
-    than ``none`` the distributed set-up is prepared for this machine (see
-    :func:`mmseg_whitebox.utils.distributed.setup_distributed`).
+    ``work_dir``, else ``./work_dirs/<config name>``. ``launcher`` is
+    recorded; the device and the distributed set-up are made by the
+    function that runs the config, within
+    :func:`mmseg_whitebox.utils.distributed.run_device` (training,
+    testing, the noise sweep).
     """
     cfg = read_config(config, cfg_options)
     cfg.launcher = launcher
@@ -56,8 +57,6 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     ensure_weights_only_checkpoints(cfg)
     ensure_custom_hook(cfg, RELEASE_WORKERS_HOOK)
     replace_default_hooks(cfg)
-    # after the config is complete: gloo and CPU processes without CUDA
-    setup_distributed(cfg)
     return cfg
 
 

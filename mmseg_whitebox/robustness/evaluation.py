@@ -9,7 +9,7 @@ the same loop for a model, dataloader and evaluator you built yourself.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn

@@ -21,6 +21,7 @@ from mmseg_whitebox.engine.runner_config import (build_test_runner,
                                                  runner_config)
 from mmseg_whitebox.engine.config_checks import reported_errors
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
+from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.tool_error import ToolError
 from .evaluation import RunnerEvaluation
 from .groups import group_selections
@@ -48,16 +49,24 @@ def run_noise_sweep(config: str,
     results and a results folder that is not to be written (or resumed)
     before a model is built, a target or layer the model does not have
     after. Any other error is raised as it is. On Ctrl-C, what is finished
-    is plotted before the ``KeyboardInterrupt`` goes on."""
+    is plotted before the ``KeyboardInterrupt`` goes on. The device is
+    ``options.device`` (:func:`~mmseg_whitebox.utils.distributed.
+    run_device`: a launched sweep without a GPU needs ``'cpu'``)."""
     options = options or NoiseSweepOptions()
+    cfg = runner_config(config, options.cfg_options, options.work_dir,
+                        options.launcher)
+    with run_device(cfg, options.device):
+        return _sweep(config, checkpoint, cfg, options, log)
+
+
+def _sweep(config: str, checkpoint: str, cfg: Any,
+           options: NoiseSweepOptions, log: Log) -> Dict[str, Any]:
     for folder in options.compare:
         load_results(folder)  # (read again for the plot)
     out = options.out_dir(config)
     ResultStore.check_out_dir(out, options.resume)
 
-    runner = build_test_runner(
-        runner_config(config, options.cfg_options, options.work_dir,
-                      options.launcher), checkpoint)
+    runner = build_test_runner(cfg, checkpoint)
     runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)

@@ -65,9 +65,9 @@ class NoiseSweepOptions:
     """What to sweep and how: the options of ``tools/noise_robustness.py``
     under the same names (``ablation=False`` is ``--no-ablation``,
     ``shared_encoder=False`` ``--no-shared-encoder``); the Runner's
-    (``cfg_options``, ``work_dir``, ``launcher``) and the checkpoint
-    checks' (``allow_*``) are the flags every tool shares. Checked when
-    made (:meth:`check`)."""
+    (``cfg_options``, ``work_dir``, ``launcher``, ``device``) and the
+    checkpoint checks' (``allow_*``) are the flags every tool shares.
+    Checked when made (:meth:`check`)."""
     sigmas: Sequence[float] = field(
         default=tuple(PAPER_SIGMAS), metadata=dict(
             help='noise standard deviations (default: the CBSA paper\'s grid, '
@@ -119,6 +119,9 @@ class NoiseSweepOptions:
     cfg_options: Optional[Dict[str, Any]] = None
     work_dir: Optional[str] = None
     launcher: str = 'none'
+    #: 'cuda' or 'cpu'; None: the GPU when one is visible (a launched
+    #: sweep without one needs 'cpu')
+    device: Optional[str] = None
     allow_partial_checkpoint: bool = False
     allow_nonfinite_weights: bool = False
     #: a progress bar (library only)

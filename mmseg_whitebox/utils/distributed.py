@@ -1,28 +1,34 @@
-"""Distributed runs (``--launcher pytorch`` or ``slurm``) on GPUs and on
-CPU-only machines.
+"""Distributed runs (``--launcher pytorch``) on GPUs and on CPU processes.
 
-mmengine 0.10.7 assumes GPUs once a launcher is set: its ``init_dist``
-always calls ``torch.cuda.set_device`` (which a CPU torch does not have) and
-its default model wrapper passes ``device_ids=[LOCAL_RANK]`` to
-``DistributedDataParallel`` (which only accepts them for GPU modules).
-Without CUDA, :func:`setup_distributed` therefore sets up what mmengine
-would, through the settings the Runner reads: the ``gloo`` backend in
-``env_cfg.dist_cfg``, a ``model_wrapper_cfg`` with ``device_ids=None``, and
-the process group itself (the Runner only initialises one when none
-exists). With CUDA nothing is changed.
+The device is decided first (:func:`~.device.resolve_device`): a launched
+run without a visible GPU stops unless ``--device cpu`` asks for CPU
+processes. mmengine 0.10.7 assumes GPUs once a launcher is set: its
+``init_dist`` always calls ``torch.cuda.set_device`` (which a CPU torch
+does not have) and its default model wrapper passes
+``device_ids=[LOCAL_RANK]`` to ``DistributedDataParallel`` (which only
+accepts them for GPU modules). For ``--device cpu``
+:func:`setup_distributed` therefore sets up what mmengine would, through
+the settings the Runner reads: the ``gloo`` backend in
+``env_cfg.dist_cfg``, a ``model_wrapper_cfg`` with ``device_ids=None``,
+and the process group itself (the Runner only initialises one when none
+exists). For ``cuda`` nothing is changed. :func:`run_device` is the whole
+set-up of a run: the decision, the GPUs hidden for ``cpu``
+(:func:`~.device.cuda_hidden`), then :func:`setup_distributed`.
 
-Under ``--launcher slurm`` without CUDA, the variables torchrun would set
-are first derived from the ones ``srun`` sets for every task
+Under ``--launcher slurm`` with ``--device cpu``, the variables torchrun
+would set are first derived from the ones ``srun`` sets for every task
 (:func:`slurm_environment`, as mmengine's own Slurm set-up does), so the
 same gloo path serves both launchers.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import subprocess
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional
 
+from .device import cuda_hidden, resolve_device
 from .tool_error import ToolError
 
 #: what torchrun (``python -m torch.distributed.run``) sets for every process
@@ -112,12 +118,16 @@ def cpu_model_wrapper_cfg(cfg: Any) -> dict:
     return wrapper
 
 
-def setup_distributed(cfg: Any) -> Optional[str]:
-    """Prepare ``cfg`` (with ``cfg.launcher`` set) for a distributed run.
+def setup_distributed(cfg: Any, device: Optional[str] = None
+                      ) -> Optional[str]:
+    """Prepare ``cfg`` (with ``cfg.launcher`` set) for a distributed run on
+    ``device`` (``'cuda'``, ``'cpu'``; None: decided by
+    :func:`~.device.resolve_device`, which refuses a launched run without
+    a GPU).
 
     Returns the communication backend, or None when ``cfg.launcher`` is
-    ``'none'``. With CUDA the config is left as it is (mmengine's NCCL
-    set-up); without CUDA the run uses gloo on CPU processes and the
+    ``'none'``. For ``cuda`` the config is left as it is (mmengine's NCCL
+    set-up); for ``cpu`` the run uses gloo on CPU processes and the
     process group is initialised here, from the environment torchrun sets
     (``--launcher pytorch``) or, under ``--launcher slurm``, the one
     :func:`slurm_environment` derives from srun's.
@@ -125,20 +135,21 @@ def setup_distributed(cfg: Any) -> Optional[str]:
     launcher = cfg.get('launcher', 'none')
     if launcher in (None, 'none'):
         return None
-    import torch
+    if device is None:
+        device = resolve_device(launcher, device)
     env_cfg = cfg.get('env_cfg', None) or {}
     dist_cfg = dict(env_cfg.get('dist_cfg', None) or {})
-    if torch.cuda.is_available():
+    if device == 'cuda':
         return dist_cfg.get('backend', 'nccl')
     if launcher == 'slurm':
         os.environ.update(slurm_environment(port=dist_cfg.get('port')))
     elif launcher != 'pytorch':
         raise ToolError(
-            f'--launcher {launcher} needs CUDA GPUs (mmengine sets a GPU per '
-            'process) and none is available here; on a CPU-only machine '
-            'start the processes with tools/dist_train.sh or '
-            'tools/dist_test.sh (--launcher pytorch) or tools/slurm_train.sh '
-            '/ tools/slurm_test.sh (--launcher slurm), which use gloo')
+            f'--launcher {launcher} --device cpu is not supported; start CPU '
+            'processes with tools/dist_train.sh / tools/dist_test.sh '
+            '(--launcher pytorch) or tools/slurm_train.sh / '
+            'tools/slurm_test.sh (--launcher slurm) and --device cpu, which '
+            'use gloo')
     missing = [k for k in TORCHRUN_ENV if k not in os.environ]
     if missing:
         raise ToolError(
@@ -149,7 +160,7 @@ def setup_distributed(cfg: Any) -> Optional[str]:
     requested = dist_cfg.get('backend', 'gloo')
     if requested != 'gloo' and os.environ.get('RANK') == '0':
         from mmengine.logging import print_log
-        print_log(f'no CUDA here: distributed backend {requested!r} -> '
+        print_log(f'--device cpu: distributed backend {requested!r} -> '
                   "'gloo' (CPU processes)", logger='current')
     dist_cfg['backend'] = 'gloo'
     cfg.env_cfg = dict(env_cfg, dist_cfg=dist_cfg)
@@ -165,3 +176,19 @@ def setup_distributed(cfg: Any) -> Optional[str]:
         kwargs.pop('init_backend', None)
         dist.init_process_group(backend='gloo', **kwargs)
     return 'gloo'
+
+
+@contextlib.contextmanager
+def run_device(cfg: Any, device: Optional[str] = None) -> Iterator[str]:
+    """The device set-up of a training or test run of ``cfg`` (its
+    ``launcher`` set), for the block that runs it: the device decided
+    (:func:`~.device.resolve_device`: a :class:`ToolError` before any work
+    when it cannot be had), the GPUs hidden from this process for ``cpu``
+    (:func:`~.device.cuda_hidden`), then :func:`setup_distributed`.
+    Yields ``'cuda'`` or ``'cpu'``."""
+    chosen = resolve_device(cfg.get('launcher', 'none'), device)
+    with contextlib.ExitStack() as stack:
+        if chosen == 'cpu':
+            stack.enter_context(cuda_hidden())
+        setup_distributed(cfg, chosen)
+        yield chosen

@@ -11,15 +11,11 @@ small; a JSON file that is not JSON.
 """
 from __future__ import annotations
 
-import ast
-import contextlib
 import os
 import os.path as osp
 import tempfile
-import urllib.error
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
-from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
 from mmseg_whitebox.utils.tool_error import ToolError
 
 #: the config formats mmengine reads
@@ -47,9 +43,10 @@ def check_device(device: Optional[str]) -> None:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = parsed.index or 0
     if index >= count:
+        from .device import cuda_seen
         have = f'{count} CUDA device(s)' if count else 'no CUDA device'
-        raise ToolError(f'--device {device}: this machine has {have}; use '
-                        '--device cpu (or leave --device out) or run on a '
+        raise ToolError(f'--device {device}: this machine has {have} '
+                        f'({cuda_seen()}); use --device cpu or run on a '
                         'machine with that GPU')
 
 

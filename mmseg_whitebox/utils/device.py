@@ -1,0 +1,126 @@
+"""Where a training or test run goes: ``cuda`` or ``cpu``, decided once,
+before any work, and never silently the CPU for a launched run.
+
+mmseg's tools train on the GPU whenever torch sees one. Under a launcher
+(``--launcher pytorch``, ``slurm``, ``mpi``) a run without a visible CUDA
+device is almost always a mistake (a CPU wheel of torch in the active
+environment, a driver that does not match, an empty
+``CUDA_VISIBLE_DEVICES``): :func:`resolve_device` stops it with one line
+that says what torch sees, unless ``device='cpu'`` asks for CPU
+processes. One process (``--launcher none``) keeps mmseg's rule: the GPU
+when there is one, else the CPU.
+
+``device='cpu'`` on a machine with GPUs must really run on the CPU, but
+mmengine 0.10.7 decides its device once, when it is imported
+(``mmengine.device.utils.DEVICE``, from ``torch.cuda.is_available()``,
+after which torch has read ``CUDA_VISIBLE_DEVICES`` for good), and moves
+the model there. :func:`cuda_hidden` therefore hides the GPUs from this
+process for the duration of the run: ``torch.cuda.is_available()`` answers
+False, ``torch.cuda.device_count()`` 0, mmengine's device is ``cpu`` and
+``CUDA_VISIBLE_DEVICES`` is empty for the processes the run starts; all
+is restored afterwards. (The launch scripts set ``CUDA_VISIBLE_DEVICES=''``
+for ``--device cpu`` before Python starts, which hides them at the
+source.)
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, Optional
+
+from .tool_error import ToolError
+
+#: the devices a training or test run takes (``--device``)
+RUN_DEVICES = ('cuda', 'cpu')
+#: the environment variable CUDA reads the visible GPUs from
+VISIBLE_DEVICES = 'CUDA_VISIBLE_DEVICES'
+
+
+def cuda_seen() -> str:
+    """What torch sees of CUDA, for a message: the torch version, whether
+    it was built with CUDA, ``CUDA_VISIBLE_DEVICES`` and how many devices
+    are visible."""
+    import torch
+    built = (f'built with CUDA {torch.version.cuda}' if torch.version.cuda
+             else 'built without CUDA (a CPU-only wheel)')
+    visible = os.environ.get(VISIBLE_DEVICES)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return (f'torch {torch.__version__} {built}, {VISIBLE_DEVICES}='
+            f'{"unset" if visible is None else repr(visible)}, '
+            f'{count} CUDA device(s) visible')
+
+
+def _cuda_advice() -> str:
+    """What to do for a GPU run on a machine where torch sees no GPU."""
+    import torch
+    if not torch.version.cuda:
+        return ('install a CUDA build of torch in this environment '
+                '(https://pytorch.org/get-started/locally/) or start the '
+                'run with the environment that has one')
+    return ('check the NVIDIA driver (nvidia-smi) and '
+            f'{VISIBLE_DEVICES}')
+
+
+def resolve_device(launcher: Optional[str], device: Optional[str]) -> str:
+    """The device of a run started with ``launcher`` (``'none'``,
+    ``'pytorch'``, ``'slurm'``, ``'mpi'``) when the user asked for
+    ``device`` (``'cuda'``, ``'cpu'`` or None for the default).
+
+    ``'cpu'`` is always granted. ``'cuda'`` needs a visible CUDA device.
+    None is ``'cuda'`` when one is visible; otherwise ``'cpu'`` for one
+    process, and for a launched run a :class:`ToolError` saying what torch
+    sees and what to do, so that no launched run falls back to the CPU
+    unasked."""
+    if device not in (None, ) + RUN_DEVICES:
+        raise ToolError(f'--device must be one of {", ".join(RUN_DEVICES)}, '
+                        f'got {device!r}')
+    if device == 'cpu':
+        return 'cpu'
+    import torch
+    if torch.cuda.is_available():
+        return 'cuda'
+    if device == 'cuda':
+        raise ToolError(
+            f'--device cuda: no CUDA device is visible ({cuda_seen()}); '
+            f'{_cuda_advice()}, or use --device cpu')
+    if launcher in (None, 'none'):
+        return 'cpu'
+    raise ToolError(
+        f'--launcher {launcher} without --device: no CUDA device is visible '
+        f'({cuda_seen()}), and a launched run does not fall back to the '
+        'CPU unasked. For CPU processes (gloo) pass --device cpu; for GPUs '
+        f'{_cuda_advice()}')
+
+
+def _no_cuda() -> bool:
+    return False
+
+
+def _no_devices() -> int:
+    return 0
+
+
+@contextlib.contextmanager
+def cuda_hidden() -> Iterator[None]:
+    """Inside the block this process sees no GPU (see the module
+    docstring): for ``device='cpu'`` on a machine with GPUs. Nothing is
+    changed where torch sees no GPU anyway."""
+    import torch
+    if not torch.cuda.is_available():
+        yield
+        return
+    import mmengine.device.utils as engine
+    saved_env = os.environ.get(VISIBLE_DEVICES)
+    saved = (torch.cuda.is_available, torch.cuda.device_count, engine.DEVICE)
+    os.environ[VISIBLE_DEVICES] = ''
+    torch.cuda.is_available, torch.cuda.device_count = _no_cuda, _no_devices
+    engine.DEVICE = 'cpu'
+    try:
+        yield
+    finally:
+        (torch.cuda.is_available, torch.cuda.device_count,
+         engine.DEVICE) = saved
+        if saved_env is None:
+            os.environ.pop(VISIBLE_DEVICES, None)
+        else:
+            os.environ[VISIBLE_DEVICES] = saved_env

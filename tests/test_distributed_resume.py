@@ -13,7 +13,7 @@ from fault_plugin import FAULT
 from test_distributed import NPROC, pytestmark, run_script  # noqa: F401
 
 #: what every launched training run takes to run on CPU processes
-CPU_ARGS: list = []  # the lead adds ['--device', 'cpu'] once that flag lands
+CPU_ARGS = ['--device', 'cpu']
 
 DEMO_CBSA = osp.join(REPO, 'configs', 'cbsa',
                      'cbsa_vit-demo_1xb8-800iter_synthade-128x128.py')

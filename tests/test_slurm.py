@@ -286,7 +286,7 @@ def test_slurm_train_then_test(slurm_cluster, tiny_ade, tmp_path):
     assert {'mIoU', 'aAcc', 'mAcc'} <= set(metrics), metrics
 
 
-def test_setup_distributed_under_slurm_without_cuda(monkeypatch):
+def test_setup_distributed_under_slurm_on_cpu(monkeypatch):
     """--launcher slurm with no CUDA: gloo, the process group initialised
     from srun's variables (one task here), env_cfg's ``port`` used as the
     master port and not passed to torch."""
@@ -306,7 +306,7 @@ def test_setup_distributed_under_slurm_without_cuda(monkeypatch):
     cfg = Config(dict(launcher='slurm', env_cfg=dict(
         dist_cfg=dict(backend='nccl', port=port, timeout=60))))
     try:
-        assert setup_distributed(cfg) == 'gloo'
+        assert setup_distributed(cfg, 'cpu') == 'gloo'
         assert dist.is_initialized() and dist.get_world_size() == 1
         assert dist.get_backend() == 'gloo'
         assert os.environ['MASTER_PORT'] == str(port)

@@ -69,12 +69,13 @@ slurm_launch() {
     local -a extra=()
     read -r -a extra <<<"${SRUN_ARGS:-}"
 
-    local python
-    python=$(find_python)
+    find_python
+    hide_gpus_for_cpu "$@"
+    describe_python
     local -a cmd=(srun -p "$partition" --job-name="$job_name"
         "${gres_opt[@]}" --ntasks="$gpus" --ntasks-per-node="$per_node"
         --cpus-per-task="$cpus" --kill-on-bad-exit=1 "${extra[@]}"
-        "$python" -u "$script" "$@")
+        "$PY" -u "$script" "$@")
     echo "$PROG: ${cmd[*]}" >&2
     PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" exec "${cmd[@]}"
 }

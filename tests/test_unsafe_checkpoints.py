@@ -97,4 +97,6 @@ def test_status_names_the_stack():
     assert stack[mmseg_dist] == mmseg.__version__
     assert stack[mmengine_dist] == mmengine.__version__
     assert any(dist in stack for dist in mmcv_dists)
-    assert stack['torch'] == torch.__version__
+    # the distribution's version (the package index's CUDA build of 2.1.2
+    # has no local tag +cu121 there)
+    assert stack['torch'].split('+')[0] == torch.__version__.split('+')[0]

@@ -40,6 +40,10 @@ class SegmenterMaskTransformerHeadReleasedInit(SegmenterMaskTransformerHead):
     ``model.init_weights()``) draws the released decoder's distributions
     (module docstring)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        keep_grad_layout(self)
+
     def init_weights(self) -> None:
         # mmseg's: cls_emb and every nn.Linear (dec_proj, the FFNs, the
         # attention out_proj, patch/class projections) trunc-normal

@@ -38,6 +38,11 @@ class _ParamLayout:
     parameter weakly (a strong reference would be a cycle through the
     parameter's own hooks)."""
 
+    #: pickling a model (``torch.save(model)``) leaves the hook out
+    #: without torch's warning: the hook changes no value, and
+    #: :func:`keep_grad_layout` puts it back on a rebuilt model
+    __torch_unserializable__ = True
+
     def __init__(self, param: torch.Tensor) -> None:
         self.param = weakref.ref(param)
 

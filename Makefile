@@ -4,6 +4,9 @@
 #
 #   make demo     synthetic data -> train -> test -> infer (CPU, minutes)
 #   make test     the whole pytest suite (TEST_WORKERS=2 processes)
+#   make test-core  the tests that touch torch's and mmengine's API
+#                 (CORE_TESTS: ops, models, checkpoints, training,
+#                 distributed); CI runs them on the second and third stacks
 #   make mmseg-tests  mmseg's own unit tests with this package imported
 #
 # STACK picks the OpenMMLab stack, each in its own venv with its own pins:
@@ -48,7 +51,20 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 EXTRAS := tests,deploy,corruptions
 
-.PHONY: install demo test mmseg-tests clean-demo
+# what CI runs on the onedl and legacy stacks: every test file that calls
+# into torch's or mmengine's API (operators, models, mixed precision,
+# checkpoints, training and resume, distributed runs); the whole suite
+# runs on the default stack
+CORE_TESTS := tests/test_ops.py tests/test_layers.py tests/test_heads.py \
+	tests/test_backbones.py tests/test_mixed_precision.py \
+	tests/test_banded_loss.py tests/test_checkpoint.py \
+	tests/test_unsafe_checkpoints.py tests/test_compat.py \
+	tests/test_apis_training.py tests/test_large_images_and_resume.py \
+	tests/test_distributed.py tests/test_distributed_resume.py \
+	tests/test_ddp_models.py tests/test_released_encoders.py \
+	tests/test_released_init.py
+
+.PHONY: install demo test test-core mmseg-tests clean-demo
 
 install: $(STAMP)
 
@@ -97,6 +113,9 @@ demo: $(STAMP)
 # thread each (tests/conftest.py); TEST_WORKERS=0 runs them in this process
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+test-core: $(STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(CORE_TESTS) $(PYTEST_ARGS)
 
 # mmseg's own unit tests (from the installed mmseg's source distribution)
 # with this package imported: importing it must never break mmseg

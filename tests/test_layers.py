@@ -154,3 +154,54 @@ def test_cross_block_normalises_keys_not_queries():
     query, x = torch.randn(2, 5, 24), torch.randn(2, 11, 24)
     torch.testing.assert_close(block(query, x),
                                query + block.attn(query, block.norm(x)))
+
+
+def _one_image_step(model, grads_of):
+    """One image through ``model`` (mmseg's or a white-box ViT, or a
+    Segmenter head on (1, 32, 4, 4) features), then backward; the
+    gradients of the parameters named in ``grads_of``."""
+    torch.manual_seed(1)
+    if hasattr(model, 'patch_embed'):
+        out = model(torch.randn(1, 3, 32, 32))[0]
+    else:
+        out = model([torch.randn(1, 32, 4, 4)])
+    (out * torch.randn_like(out)).sum().backward()
+    params = dict(model.named_parameters())
+    return {name: params[name].grad for name in grads_of}
+
+
+def test_gradients_keep_their_parameters_layout():
+    """At one image per process a CLS token or class embeddings expanded
+    and concatenated with the tokens got a slice of the tokens' gradient
+    (DDP's stride warning, tests/test_ddp_models.py). keep_grad_layout
+    gives it the parameter's strides and the same values; WhiteBoxViT and
+    the released-init Segmenter head apply it themselves, mmseg's ViT gets
+    it from the configs' GradLayoutHook."""
+    from mmseg.registry import MODELS
+
+    from mmseg_whitebox.models.layers import keep_grad_layout
+    vit = dict(type='VisionTransformer', img_size=32, patch_size=8,
+               embed_dims=32, num_layers=1, num_heads=2)
+    torch.manual_seed(0)
+    plain = MODELS.build(vit)
+    state = plain.state_dict()
+    before = _one_image_step(plain, ['cls_token'])['cls_token']
+    torch.manual_seed(0)
+    hooked = MODELS.build(vit)
+    hooked.load_state_dict(state)
+    assert keep_grad_layout(hooked) == 2  # cls_token and pos_embed
+    assert keep_grad_layout(hooked) == 0  # once only
+    after = _one_image_step(hooked, ['cls_token'])['cls_token']
+    assert after.stride() == hooked.cls_token.stride()
+    assert torch.equal(after, before)
+
+    white_box = MODELS.build(dict(
+        type='WhiteBoxViT', img_size=32, patch_size=8, embed_dims=32,
+        num_layers=1, attn_cfg=dict(type='MSSA', num_heads=2, head_dim=16)))
+    head = MODELS.build(dict(
+        type='SegmenterMaskTransformerHeadReleasedInit', in_channels=32,
+        channels=32, num_classes=3, num_layers=1, num_heads=2,
+        embed_dims=32))
+    for model, name in ((white_box, 'cls_token'), (head, 'cls_emb')):
+        grad = _one_image_step(model, [name])[name]
+        assert grad.stride() == getattr(model, name).stride(), name

@@ -1,6 +1,7 @@
 from .atomic_checkpoint_hook import LAST_CHECKPOINT, AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
 from .freeze_backbone_hook import FreezeBackboneHook, freeze_backbone
+from .grad_layout_hook import GradLayoutHook
 from .main_process_logger_hook import MainProcessLoggerHook
 from .non_finite_counter import NonFiniteCounter, count_nonfinite
 from .release_workers_hook import (ReleaseDataloaderWorkersHook,
@@ -10,7 +11,7 @@ from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
 __all__ = [
     'LAST_CHECKPOINT', 'AtomicCheckpointHook', 'CheckpointCheckHook',
-    'FreezeBackboneHook',
+    'FreezeBackboneHook', 'GradLayoutHook',
     'MainProcessLoggerHook', 'NonFiniteCounter',
     'RNGStateCheckpointHook', 'ReleaseDataloaderWorkersHook',
     'ResumeCheckHook', 'WeightsOnlyCheckpointHook', 'count_nonfinite',

@@ -31,7 +31,7 @@ from mmseg_whitebox.ops import ISTA, SubspaceAttention
 from mmseg_whitebox.utils.checkpoint_checks import (added_parameters,
                                                     check_state_dict,
                                                     state_dict_of)
-from ..layers import WhiteBoxBlock
+from ..layers import WhiteBoxBlock, keep_grad_layout
 
 LayerCfg = Union[Dict[str, Any], Sequence[Dict[str, Any]]]
 #: how a WhiteBoxViT trained from scratch is initialised (``weight_init``)
@@ -176,6 +176,10 @@ class WhiteBoxViT(VisionTransformer):
         self.frozen_stages = frozen_stages
         self.weight_init = weight_init
         self._freeze_stages()
+        # the CLS token, expanded to the batch and concatenated with the
+        # patches, would get a gradient in another layout at one image per
+        # process (DDP's stride warning)
+        keep_grad_layout(self)
 
     def init_weights(self) -> None:
         """The pretrained weights (``init_cfg=dict(type='Pretrained',

@@ -19,13 +19,18 @@ released decoder draws
 
 :class:`SegmenterMaskTransformerHeadReleasedInit` is mmseg's head with that
 initialisation; its modules and state-dict keys are mmseg's, so mmseg's
-checkpoints and converted released ones load into it unchanged.
+checkpoints and converted released ones load into it unchanged. Its class
+embeddings get their gradient in their own layout
+(:func:`~mmseg_whitebox.models.layers.keep_grad_layout`; mmseg's forward
+would hand them a slice of the tokens' gradient at one image per process).
 """
 from __future__ import annotations
 
 import torch.nn as nn
 from mmseg.models.decode_heads import SegmenterMaskTransformerHead
 from mmseg.registry import MODELS
+
+from ..layers import keep_grad_layout
 
 
 @MODELS.register_module()
@@ -34,6 +39,10 @@ class SegmenterMaskTransformerHeadReleasedInit(SegmenterMaskTransformerHead):
     ``init_weights`` (what mmengine's runner calls through
     ``model.init_weights()``) draws the released decoder's distributions
     (module docstring)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        keep_grad_layout(self)
 
     def init_weights(self) -> None:
         # mmseg's: cls_emb and every nn.Linear (dec_proj, the FFNs, the

@@ -53,6 +53,10 @@ def run_noise_sweep(config: str,
     ``options.device`` (:func:`~mmseg_whitebox.utils.distributed.
     run_device`: a launched sweep without a GPU needs ``'cpu'``)."""
     options = options or NoiseSweepOptions()
+    # the arguments' mistakes before the config is even read
+    for folder in options.compare:
+        load_results(folder)  # (read again for the plot)
+    ResultStore.check_out_dir(options.out_dir(config), options.resume)
     cfg = runner_config(config, options.cfg_options, options.work_dir,
                         options.launcher)
     with run_device(cfg, options.device):
@@ -61,10 +65,7 @@ def run_noise_sweep(config: str,
 
 def _sweep(config: str, checkpoint: str, cfg: Any,
            options: NoiseSweepOptions, log: Log) -> Dict[str, Any]:
-    for folder in options.compare:
-        load_results(folder)  # (read again for the plot)
     out = options.out_dir(config)
-    ResultStore.check_out_dir(out, options.resume)
 
     runner = build_test_runner(cfg, checkpoint)
     runner.register_hook(CheckpointCheckHook.from_options(options))

@@ -2,6 +2,8 @@
 import contextlib
 import os
 import os.path as osp
+import signal
+import socket
 import subprocess
 import sys
 from typing import Any, Callable, Iterator, List, Tuple
@@ -110,6 +112,32 @@ def needs_onnx_export():
     from mmseg_whitebox.deployment.onnx_export import export_problem
     problem = export_problem()
     return pytest.mark.skipif(problem is not None, reason=problem or '')
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (each launched run takes its
+    own)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def run_in_session(args: List[str], env: dict,
+                   timeout: float) -> Tuple[int, str]:
+    """``args`` from the repository root in a session of its own, stdout
+    and stderr together; on a timeout the whole process group (a launcher
+    and its workers) is killed and the test fails with the output's
+    tail. Returns (exit status, output)."""
+    proc = subprocess.Popen(args, cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f'{args} timed out:\n{out[-4000:]}')
+    return proc.returncode, out
 
 
 def run_tool(args: List[str], timeout: int = 600, check: bool = True,

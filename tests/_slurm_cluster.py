@@ -15,11 +15,12 @@ import os
 import os.path as osp
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from typing import Dict, List, Optional
+
+from _helpers import free_port
 
 #: the programs the cluster needs (Debian: slurm-wlm, munge)
 PROGRAMS = ('munged', 'slurmctld', 'slurmd', 'srun', 'sinfo', 'scontrol')
@@ -34,13 +35,6 @@ START_SECONDS = 60.0
 
 class SlurmUnavailable(RuntimeError):
     """This machine cannot run the cluster; the message says why."""
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def tail(path: str, lines: int = 15) -> str:

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from _ddp_models import (ITERS, MODELS, OPTIMIZER, WORLD_SIZE, crop_batch,
                          tiny_config)
 from _helpers import REPO
-from test_distributed import free_port
+from _helpers import free_port
 
 pytestmark = [
     pytest.mark.distributed,

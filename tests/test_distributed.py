@@ -11,7 +11,6 @@ import math
 import os
 import os.path as osp
 import signal
-import socket
 import subprocess
 import sys
 
@@ -20,7 +19,8 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-from _helpers import (DEMO_SEGMENTER, REPO, run_tool, small_run_options)
+from _helpers import (DEMO_SEGMENTER, REPO, free_port, run_in_session,
+                      run_tool, small_run_options)
 from mmseg_whitebox.utils.device import cuda_hidden, resolve_device
 from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
                                               run_device, setup_distributed)
@@ -34,13 +34,6 @@ pytestmark = [
 ]
 
 NPROC = 2
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now (each run takes its own)."""
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def torchrun_command(*args: str) -> list:
@@ -58,19 +51,11 @@ def run_script(args, timeout=240, check=True, **env):
     env = dict(os.environ, **dict(
         dict(PYTHON=sys.executable, PYTHONUNBUFFERED='1',
              CUDA_VISIBLE_DEVICES='', PORT=str(free_port())), **env))
-    proc = subprocess.Popen(['bash'] + args, cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f'{args} timed out:\n{out[-4000:]}')
-    if check and proc.returncode != 0:
-        raise AssertionError(f'{args} failed ({proc.returncode}):\n'
+    returncode, out = run_in_session(['bash'] + args, env, timeout)
+    if check and returncode != 0:
+        raise AssertionError(f'{args} failed ({returncode}):\n'
                              f'{out[-6000:]}')
-    return proc.returncode, out
+    return returncode, out
 
 
 def test_scripts_have_help_and_check_arguments():

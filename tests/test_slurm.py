@@ -15,16 +15,14 @@ import json
 import os
 import os.path as osp
 import shutil
-import signal
-import socket
 import stat
-import subprocess
 import sys
 
 import pytest
 import torch.distributed as dist
 
-from _helpers import DEMO_SEGMENTER, REPO, small_run_options
+from _helpers import (DEMO_SEGMENTER, REPO, free_port, run_in_session,
+                      small_run_options)
 from _slurm_cluster import PARTITION, SlurmCluster, SlurmUnavailable
 from mmseg_whitebox.utils.distributed import slurm_environment
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -44,25 +42,9 @@ SCRIPT_ENV = dict(PYTHONUNBUFFERED='1', CUDA_VISIBLE_DEVICES='',
 JOB_TIMEOUT = 600
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def run(args, env, timeout=JOB_TIMEOUT):
-    """``args`` from the repository root in a session of its own (killed
-    as a group on a timeout); (exit status, stdout and stderr)."""
-    proc = subprocess.Popen(args, cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f'{args} timed out:\n{out[-4000:]}')
-    return proc.returncode, out
+    """``args`` from the repository root (:func:`run_in_session`)."""
+    return run_in_session(args, env, timeout)
 
 
 # -- the scripts' command lines (a stand-in srun) --------------------------

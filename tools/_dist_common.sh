@@ -49,9 +49,9 @@ devices: one process per GPU (NCCL). Without a visible GPU the processes
 stop at once unless ARGS has --device cpu: then they run on the CPU and
 communicate with gloo (GPUs, if any, are hidden from them).'
 
-# parse_common COUNT WHAT ARGS...: --help, then at least COUNT arguments
-# (WHAT names them), the first an existing config file (needs usage()).
-parse_common() {
+# parse_count COUNT WHAT ARGS...: --help, then at least COUNT arguments
+# (WHAT names them; needs usage()); shared with tools/_slurm_common.sh
+parse_count() {
     local count=$1 what=$2
     shift 2
     case "${1:-}" in
@@ -61,7 +61,13 @@ parse_common() {
         usage >&2
         fail "expected $what, got $# argument(s)"
     fi
-    [ -f "$1" ] || fail "config file '$1' does not exist"
+}
+
+# parse_common COUNT WHAT ARGS...: parse_count, the first argument an
+# existing config file
+parse_common() {
+    parse_count "$@"
+    [ -f "$3" ] || fail "config file '$3' does not exist"
 }
 
 fail() {

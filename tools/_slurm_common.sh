@@ -16,18 +16,11 @@ SLURM_ENV_HELP='environment:
                  concurrent jobs on one node)
   PYTHON         interpreter to use (see tools/dist_train.sh --help)'
 
-# slurm_parse COUNT WHAT ARGS...: --help, then at least COUNT arguments
-# (WHAT names them), the third an existing config file (needs usage()).
+# slurm_parse COUNT WHAT ARGS...: parse_count (tools/_dist_common.sh),
+# then a partition, a job name and an existing config file
 slurm_parse() {
-    local count=$1 what=$2
+    parse_count "$@"
     shift 2
-    case "${1:-}" in
-        -h | --help) usage; exit 0 ;;
-    esac
-    if [ $# -lt "$count" ]; then
-        usage >&2
-        fail "expected $what, got $# argument(s)"
-    fi
     [ -n "$1" ] || fail "PARTITION is empty; name a Slurm partition (sinfo lists them)"
     [ -n "$2" ] || fail "JOB_NAME is empty"
     [ -f "$3" ] || fail "config file '$3' does not exist"

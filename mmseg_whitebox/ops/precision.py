@@ -24,6 +24,7 @@ as before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from typing import Iterator, Optional
 
@@ -54,10 +55,12 @@ def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
     return None  # no autocast query for other devices before torch 2.4
 
 
+@functools.lru_cache(maxsize=None)
 def autocast_problem(device_type: str, dtype: torch.dtype) -> Optional[str]:
     """Why this torch cannot autocast ``device_type`` in ``dtype``, or None.
     torch 2.1's CPU autocast takes only bfloat16 (its ``__enter__`` raises
-    a RuntimeError for float16); the default stack's torch takes both."""
+    a RuntimeError for float16); the default stack's torch takes both.
+    Probed once per pair (the benchmarks ask before every timed call)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')  # torch 2.1 warns, then raises

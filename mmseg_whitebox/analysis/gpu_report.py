@@ -12,9 +12,8 @@ autocast, each timing option budgeted so that the whole run is meant to
 take under 8 minutes on one current GPU. Every model is built once and
 measured in both precisions. Writes ``gpu_report.md`` (one table per
 benchmark, with the device name, torch version and date) and one JSON per
-benchmark. ``dry_run`` runs the same plan on the CPU at tiny sizes
-(:data:`DRY_RUN_PLAN`: the same models, heads and banded-loss rows, only
-sizes and timing replaced), to check the code path without a GPU. FLOPs are
+benchmark. ``dry_run`` runs the same sequence on the CPU at tiny sizes
+(:data:`DRY_RUN_PLAN`), to check the code path without a GPU. FLOPs are
 not counted: they do not depend on the device, and the CPU tables of
 ``docs/benchmarks.md`` have them.
 """
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import os.path as osp
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -64,17 +63,7 @@ class ReportPlan:
     sweep_images: int
     sweep_image_size: Tuple[int, int]
     sweep_settings: int
-    #: config overrides of the sweep's model (None: the config as it is)
-    sweep_cfg_options: Optional[Dict] = None
     sizes_note: str = field(default='')
-
-
-#: the plan's fields a dry run may shrink: sizes and timing budgets; the
-#: models, heads, banded-loss rows and configs are the GPU's
-SIZE_FIELDS = ('decoder_sizes', 'decoder_timing', 'encoder_sizes',
-               'encoder_timing', 'train_sizes', 'train_batch',
-               'train_timing', 'sweep_images', 'sweep_image_size',
-               'sweep_settings', 'sweep_cfg_options', 'sizes_note')
 
 
 def _squares(*sides: int) -> List[Tuple[int, int]]:
@@ -107,32 +96,23 @@ GPU_PLAN = ReportPlan(
                 'step: crops of 512 to 2048 pixels square; sweep: 4 images '
                 'of 512x683, 20 settings'))
 
-#: the same plan -- the same models, heads, banded-loss rows and configs --
-#: at the smallest sizes the models take, timed once (a check of the code
-#: path on a CPU; its figures mean nothing): 160-pixel squares are a 10x10
-#: token grid, the CBSA heads' grid of representatives; the sweep's
-#: images are resized to 160 pixels instead of 512 and inferred in one
-#: window of that size
-_ONCE = BenchmarkOptions(repeats=1, warmup=0, max_seconds=None, flops=False)
-DRY_RUN_PLAN = replace(
-    GPU_PLAN, decoder_sizes=_squares(160), decoder_timing=_ONCE,
-    encoder_sizes=_squares(160), encoder_timing=_ONCE,
-    train_sizes=_squares(160), train_timing=_ONCE,
+#: the same sequence at the smallest sizes and models the benchmarks take
+#: (a check of the code path, seconds on a CPU; its figures mean nothing)
+DRY_RUN_PLAN = ReportPlan(
+    decoder_encoder='t', decoder_heads=('segmenter', 'cbsa'),
+    decoder_sizes=_squares(160),
+    decoder_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                    backward=True, flops=False),
+    encoder_size='t', encoders=('vit',), encoder_sizes=_squares(160),
+    encoder_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                    flops=False),
+    train_size='t', train_models=('vit+segmenter',),
+    train_sizes=_squares(160), train_batch=1, train_band_rows=None,
+    train_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                  flops=False),
+    sweep_config='cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
     sweep_images=1, sweep_image_size=(64, 64), sweep_settings=2,
-    sweep_cfg_options={
-        'test_dataloader.dataset.pipeline.1.scale': (640, 160),
-        'model.test_cfg.crop_size': (160, 160),
-        'model.test_cfg.stride': (160, 160)},
-    sizes_note=('dry run on the CPU: the GPU plan at 160x160 (decode heads, '
-                'encoders, training step), timed once; sweep: one 64x64 '
-                'image resized to 160x160, 2 settings'))
-
-
-def plan_differences(plan: ReportPlan, other: ReportPlan) -> List[str]:
-    """The fields in which two plans differ (a dry run's may differ from
-    the GPU's in :data:`SIZE_FIELDS` only)."""
-    return [f.name for f in fields(ReportPlan)
-            if getattr(plan, f.name) != getattr(other, f.name)]
+    sizes_note='dry run: one tiny size per benchmark, T models, on the CPU')
 
 
 def missing_gpu(device: str) -> Optional[str]:
@@ -212,8 +192,7 @@ def _shared_sweep(plan: ReportPlan, device: torch.device,
     options = SharedSweepOptions(
         config=osp.join(config_root, plan.sweep_config),
         images=plan.sweep_images, image_size=tuple(plan.sweep_image_size),
-        settings=plan.sweep_settings, device=str(device),
-        cfg_options=plan.sweep_cfg_options)
+        settings=plan.sweep_settings, device=str(device))
     rows = []
     for amp in PRECISIONS:
         with autocast(device, amp):  # the whole evaluation, as --amp does

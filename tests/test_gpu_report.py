@@ -5,11 +5,27 @@ import json
 import pytest
 import torch
 
-from mmseg_whitebox.analysis.gpu_report import (BENCHMARKS, REPORT,
-                                                missing_gpu, run_gpu_report)
+from mmseg_whitebox.analysis.benchmark import plan_differences
+from mmseg_whitebox.analysis.gpu_report import (BENCHMARKS, DRY_RUN_PLAN,
+                                                GPU_PLAN, REPORT,
+                                                SIZE_FIELDS, missing_gpu,
+                                                run_gpu_report)
 
 
-def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path):
+def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
+    # the same models, heads, banded-loss rows and configs; only sizes
+    # (of inputs and models), CBSA's grid of representatives and timing
+    # budgets differ
+    differing = plan_differences(DRY_RUN_PLAN, GPU_PLAN)
+    assert differing and set(differing) <= set(SIZE_FIELDS)
+    for name in ('decoder_heads', 'encoders', 'train_models',
+                 'train_band_rows', 'sweep_config', 'decoder_encoder'):
+        assert getattr(DRY_RUN_PLAN, name) == getattr(GPU_PLAN, name)
+    assert GPU_PLAN.train_band_rows  # the banded-loss rows run in both
+
+
+def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path,
+                                                            one_thread):
     out = tmp_path / 'report'
     report = run_gpu_report(str(out), dry_run=True)
     text = (out / REPORT).read_text()
@@ -26,10 +42,22 @@ def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path):
         assert header in text  # one table per benchmark
         with open(out / f'{name}.json') as f:
             assert json.load(f)['results'] == json.loads(json.dumps(rows))
-    # each precision's ratios are to its own reference row (exactly 1)
+    # each precision's ratios are to its own reference row, and no row
+    # has a ratio to itself
     decoders = report['results']['decoders']['results']
-    refs = [r for r in decoders if r['head'] == 'segmenter']
-    assert [r['fwd_ms_vs_segmenter'] for r in refs] == [1.0, 1.0]
+    for precision in ('float32', 'bfloat16'):
+        mine = {r['head']: r for r in decoders
+                if r['precision'] == precision}
+        assert 'fwd_ms_vs_segmenter' not in mine['segmenter']
+        assert mine['cbsa']['fwd_ms_vs_segmenter'] == pytest.approx(
+            mine['cbsa']['fwd_ms'] / mine['segmenter']['fwd_ms'])
+    train = report['results']['train_step']['results']
+    assert {r['head'] for r in train} == {
+        m + b for m in GPU_PLAN.train_models for b in ('', ' banded')}
+    for r in train:
+        assert ('step_ms_vs_ref' in r) == (r['head'] != 'vit+segmenter')
+    encoders = report['results']['encoders']['results']
+    assert {r['head'] for r in encoders} == set(GPU_PLAN.encoders)
     assert all(r['identical'] for r in
                report['results']['shared_sweep']['results'])
 

@@ -20,7 +20,7 @@ import glob
 import os
 import os.path as osp
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from statistics import median
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
@@ -144,6 +144,13 @@ def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
                 status='ok')
 
 
+def plan_differences(plan: Any, other: Any) -> List[str]:
+    """The fields in which two plans (dataclasses of one type) differ: a
+    dry run's plan may differ from the GPU's in its sizes only."""
+    return [f.name for f in fields(plan)
+            if getattr(plan, f.name) != getattr(other, f.name)]
+
+
 def measure_sizes(sizes: Sequence[Tuple[int, int]],
                   measure: Callable[[Tuple[int, int]], List[Dict]]
                   ) -> List[Dict]:
@@ -157,13 +164,39 @@ def measure_sizes(sizes: Sequence[Tuple[int, int]],
     return rows
 
 
+def rep_grid_options(path: str, rep_grid: Tuple[int, int]
+                     ) -> Dict[str, Any]:
+    """``--cfg-options`` that set every ``rep_grid`` of the model of config
+    ``path`` (encoder and head) to ``rep_grid``: CBSA's representatives
+    need a token grid at least that large, so tiny inputs (the dry runs)
+    shrink them."""
+    from mmengine.config import Config
+    found: Dict[str, Any] = {}
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, (list, tuple)):  # per-layer settings
+            for index, value in enumerate(node):
+                walk(value, f'{key}.{index}')
+        elif isinstance(node, dict):
+            for name, value in node.items():
+                if name == 'rep_grid':
+                    found[f'{key}.{name}'] = tuple(rep_grid)
+                else:
+                    walk(value, f'{key}.{name}')
+
+    walk(Config.fromfile(path).model.to_dict(), 'model')
+    return found
+
+
 def build_models(configs: Dict[str, str], device: torch.device, seed: int,
-                 options: Optional[Dict[str, Any]] = None
+                 options: Optional[Dict[str, Any]] = None,
+                 rep_grid: Optional[Tuple[int, int]] = None
                  ) -> Dict[str, torch.nn.Module]:
     """The segmentor of every ``name: config file`` (eval mode, random
     weights from ``seed``, no pretrained encoder: nothing is downloaded);
     ``options`` are merged into each config first (``--cfg-options``
-    style keys)."""
+    style keys), and with ``rep_grid`` every CBSA grid of representatives
+    is set to it (:func:`rep_grid_options`)."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -177,6 +210,8 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
         cfg.model.backbone.init_cfg = None
         if options:
             cfg.merge_from_dict(options)
+        if rep_grid is not None:
+            cfg.merge_from_dict(rep_grid_options(path, rep_grid))
         torch.manual_seed(seed)
         model = MODELS.build(cfg.model)
         with quiet_logging():  # not mmengine's per-parameter init report

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
-                        project_configs, start_report)
+                        project_configs, rep_grid_options, start_report)
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
 from .report import Baseline
@@ -110,10 +110,12 @@ class StraightforwardCBSADecoder(nn.Module):
 
 # ---------------------------------------------------------------- set-up
 def build_heads(names: List[str], encoder: str, device: torch.device,
-                seed: int, config_root: str
+                seed: int, config_root: str,
+                rep_grid: Optional[Tuple[int, int]] = None
                 ) -> Tuple[Dict[str, nn.Module], Dict[str, Dict]]:
     """Heads (eval mode) and, per head, its config facts. The
-    straightforward entry shares the parameters of the ``cbsa`` head."""
+    straightforward entry shares the parameters of the ``cbsa`` head.
+    ``rep_grid``: CBSA's grid of representatives, if not the configs'."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -124,6 +126,8 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
     for name in names:
         path = BENCHMARK.config(name, encoder, config_root)
         cfg = Config.fromfile(path)
+        if rep_grid is not None:
+            cfg.merge_from_dict(rep_grid_options(path, rep_grid))
         if name == STRAIGHTFORWARD and cbsa_head is not None:
             head = StraightforwardCBSADecoder(cbsa_head)
         else:

@@ -49,10 +49,13 @@ class TensorMode(nn.Module):
 
 
 def build_segmentors(names: List[str], size: str, device: torch.device,
-                     seed: int, config_root: str) -> Dict[str, nn.Module]:
-    """Segmentors (eval mode, random weights, nothing downloaded)."""
+                     seed: int, config_root: str,
+                     rep_grid: Optional[Tuple[int, int]] = None
+                     ) -> Dict[str, nn.Module]:
+    """Segmentors (eval mode, random weights, nothing downloaded);
+    ``rep_grid``: CBSA's grid of representatives, if not the configs'."""
     return build_models({name: BENCHMARK.config(name, size, config_root)
-                         for name in names}, device, seed)
+                         for name in names}, device, seed, rep_grid=rep_grid)
 
 
 def complexity(module: nn.Module, image: torch.Tensor) -> Tuple[int, int]:

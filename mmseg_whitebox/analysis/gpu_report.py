@@ -12,8 +12,9 @@ autocast, each timing option budgeted so that the whole run is meant to
 take under 8 minutes on one current GPU. Every model is built once and
 measured in both precisions. Writes ``gpu_report.md`` (one table per
 benchmark, with the device name, torch version and date) and one JSON per
-benchmark. ``dry_run`` runs the same sequence on the CPU at tiny sizes
-(:data:`DRY_RUN_PLAN`), to check the code path without a GPU. FLOPs are
+benchmark. ``dry_run`` runs the same plan on the CPU at tiny sizes
+(:data:`DRY_RUN_PLAN`: the same models, heads and banded-loss rows, only
+sizes and timing replaced), to check the code path without a GPU. FLOPs are
 not counted: they do not depend on the device, and the CPU tables of
 ``docs/benchmarks.md`` have them.
 """
@@ -31,7 +32,7 @@ from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
 from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
-                        prepare_run)
+                        prepare_run, rep_grid_options)
 from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
@@ -63,7 +64,22 @@ class ReportPlan:
     sweep_images: int
     sweep_image_size: Tuple[int, int]
     sweep_settings: int
+    #: config overrides of the sweep's model (None: the config as it is)
+    sweep_cfg_options: Optional[Dict] = None
+    #: CBSA's grid of representatives in every model (None: each config's)
+    rep_grid: Optional[Tuple[int, int]] = None
     sizes_note: str = field(default='')
+
+
+#: the plan's fields a dry run may shrink: sizes (of the inputs, and the
+#: model size of the encoders and training-step models), CBSA's grid of
+#: representatives and timing budgets; the models, heads, banded-loss rows
+#: and configs are the GPU's
+SIZE_FIELDS = ('decoder_sizes', 'decoder_timing', 'encoder_size',
+               'encoder_sizes', 'encoder_timing', 'train_size',
+               'train_sizes', 'train_batch', 'train_timing', 'sweep_images',
+               'sweep_image_size', 'sweep_settings', 'sweep_cfg_options',
+               'rep_grid', 'sizes_note')
 
 
 def _squares(*sides: int) -> List[Tuple[int, int]]:
@@ -96,23 +112,32 @@ GPU_PLAN = ReportPlan(
                 'step: crops of 512 to 2048 pixels square; sweep: 4 images '
                 'of 512x683, 20 settings'))
 
-#: the same sequence at the smallest sizes and models the benchmarks take
-#: (a check of the code path, seconds on a CPU; its figures mean nothing)
-DRY_RUN_PLAN = ReportPlan(
-    decoder_encoder='t', decoder_heads=('segmenter', 'cbsa'),
-    decoder_sizes=_squares(160),
-    decoder_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
-                                    backward=True, flops=False),
-    encoder_size='t', encoders=('vit',), encoder_sizes=_squares(160),
-    encoder_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
-                                    flops=False),
-    train_size='t', train_models=('vit+segmenter',),
-    train_sizes=_squares(160), train_batch=1, train_band_rows=None,
-    train_timing=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
-                                  flops=False),
-    sweep_config='cbsa/cbsa_vit-demo_1xb8-800iter_synthade-128x128.py',
+#: the same plan -- the same models, heads, banded-loss rows and configs --
+#: at tiny sizes, timed once (a check of the code path on a CPU; its
+#: figures mean nothing): the encoders and training step as ViT-T models
+#: (the decode heads stay on ViT-S features: the linear head has only
+#: that config); 64-pixel squares are a 4x4 token grid, so CBSA's
+#: representatives shrink with them to 2x2 (the configs' 10x10 and 16x16
+#: need 160 and 256 pixels, where bfloat16 autocast on a CPU without
+#: bfloat16 instructions takes minutes); the sweep's image is kept at 64
+#: pixels (neither the pipeline nor the released short-side resize takes it
+#: to 512) and inferred in one window of that size
+_ONCE = BenchmarkOptions(repeats=1, warmup=0, max_seconds=None, flops=False)
+DRY_RUN_PLAN = replace(
+    GPU_PLAN, decoder_sizes=_squares(64), decoder_timing=_ONCE,
+    encoder_size='t', encoder_sizes=_squares(64), encoder_timing=_ONCE,
+    train_size='t', train_sizes=_squares(64), train_timing=_ONCE,
+    rep_grid=(2, 2),
     sweep_images=1, sweep_image_size=(64, 64), sweep_settings=2,
-    sizes_note='dry run: one tiny size per benchmark, T models, on the CPU')
+    sweep_cfg_options={
+        'test_dataloader.dataset.pipeline.1.scale': (256, 64),
+        'model.test_cfg.crop_size': (64, 64),
+        'model.test_cfg.stride': (64, 64),
+        'model.data_preprocessor.test_short_side': 64},
+    sizes_note=('dry run on the CPU: the GPU plan at 64x64, encoders and '
+                'training step at ViT-T size, CBSA representatives 2x2, '
+                'timed once; sweep: one 64x64 image, 2 settings'))
+
 
 
 def missing_gpu(device: str) -> Optional[str]:
@@ -155,7 +180,7 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
               config_root: str) -> List[Dict]:
     heads, info = decoder_benchmark.build_heads(
         list(plan.decoder_heads), plan.decoder_encoder, device, 0,
-        config_root)
+        config_root, plan.rep_grid)
     return _in_both_precisions(
         plan.decoder_sizes, plan.decoder_timing,
         lambda size, options, history: decoder_benchmark.measure_size(
@@ -166,7 +191,8 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
 def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
               config_root: str) -> List[Dict]:
     models = encoder_benchmark.build_segmentors(
-        list(plan.encoders), plan.encoder_size, device, 0, config_root)
+        list(plan.encoders), plan.encoder_size, device, 0, config_root,
+        plan.rep_grid)
     return _in_both_precisions(
         plan.encoder_sizes, plan.encoder_timing,
         lambda size, options, history: encoder_benchmark.measure_size(
@@ -178,7 +204,7 @@ def _train_step(plan: ReportPlan, device: torch.device,
                 limit: Optional[int], config_root: str) -> List[Dict]:
     models = train_step_benchmark.build_trainable(
         list(plan.train_models), plan.train_size, device, 0, config_root,
-        loss_band_rows=plan.train_band_rows)
+        loss_band_rows=plan.train_band_rows, rep_grid=plan.rep_grid)
     return _in_both_precisions(
         plan.train_sizes, plan.train_timing,
         lambda size, options, history: train_step_benchmark.measure_size(
@@ -189,10 +215,15 @@ def _train_step(plan: ReportPlan, device: torch.device,
 
 def _shared_sweep(plan: ReportPlan, device: torch.device,
                   limit: Optional[int], config_root: str) -> List[Dict]:
+    config = osp.join(config_root, plan.sweep_config)
+    cfg_options = dict(plan.sweep_cfg_options or {})
+    if plan.rep_grid is not None:
+        cfg_options.update(rep_grid_options(config, plan.rep_grid))
     options = SharedSweepOptions(
-        config=osp.join(config_root, plan.sweep_config),
-        images=plan.sweep_images, image_size=tuple(plan.sweep_image_size),
-        settings=plan.sweep_settings, device=str(device))
+        config=config, images=plan.sweep_images,
+        image_size=tuple(plan.sweep_image_size),
+        settings=plan.sweep_settings, device=str(device),
+        cfg_options=cfg_options or None)
     rows = []
     for amp in PRECISIONS:
         with autocast(device, amp):  # the whole evaluation, as --amp does

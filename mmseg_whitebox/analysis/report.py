@@ -34,14 +34,16 @@ class Baseline(NamedTuple):
 
 def add_ratios(rows: List[Dict], baseline: Baseline) -> None:
     """Add the ratios of ``baseline`` to ``rows`` (per size; a figure
-    missing or zero in either row gives no ratio)."""
+    missing or zero in either row gives no ratio, and the baseline's own
+    row none: a model's ratio to itself says nothing, its table cell is
+    ``-``)."""
     by_size: Dict[str, Dict[str, Dict]] = {}
     for row in rows:
         by_size.setdefault(row['size'], {})[row['head']] = row
     for group in by_size.values():
         ref = group.get(baseline.head)
         for row in group.values():
-            if baseline.only not in (None, row['head']):
+            if row is ref or baseline.only not in (None, row['head']):
                 continue
             for key in baseline.keys:
                 if ref and row.get(key) and ref.get(key):

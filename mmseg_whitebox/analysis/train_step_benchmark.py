@@ -50,7 +50,8 @@ BANDED = ' banded'
 
 def build_trainable(names: List[str], size: str, device: torch.device,
                     seed: int, config_root: str, with_cp: bool = False,
-                    loss_band_rows: Optional[int] = None
+                    loss_band_rows: Optional[int] = None,
+                    rep_grid: Optional[Tuple[int, int]] = None
                     ) -> Dict[str, Tuple[nn.Module, object]]:
     """``name: (segmentor, optim_wrapper)``, random weights, the optimizer
     and its parameter-wise settings from each config's ``optim_wrapper``;
@@ -58,15 +59,17 @@ def build_trainable(names: List[str], size: str, device: torch.device,
     pass (activation checkpointing) instead of keeping their
     activations. With ``loss_band_rows`` each model is followed by
     ``name + BANDED``: the same weights in a ``BandedLossEncoderDecoder``
-    with bands of that many label rows."""
+    with bands of that many label rows. ``rep_grid``: CBSA's grid of
+    representatives, if not the configs'."""
     from mmengine.optim import build_optim_wrapper
     options = {'model.backbone.with_cp': True} if with_cp else {}
     configs = {n: BENCHMARK.config(n, size, config_root) for n in names}
-    built = build_models(configs, device, seed, options or None)
+    built = build_models(configs, device, seed, options or None, rep_grid)
     if loss_band_rows is not None:
         banded = build_models(configs, device, seed, dict(
             options, **{'model.type': 'BandedLossEncoderDecoder',
-                        'model.loss_band_rows': int(loss_band_rows)}))
+                        'model.loss_band_rows': int(loss_band_rows)}),
+            rep_grid)
         built = {key: model for name in names for key, model in
                  ((name, built[name]), (name + BANDED, banded[name]))}
     return {name: (model, build_optim_wrapper(model, model.cfg.optim_wrapper))

@@ -1,0 +1,104 @@
+"""The GPU smoke check: its whole plan as a dry run on the CPU (every
+model in every precision, the DDP run as 2 gloo processes), and that plan
+being the GPU's apart from its sizes."""
+import json
+import math
+
+import pytest
+import torch
+
+from mmseg_whitebox.analysis.benchmark import plan_differences
+from mmseg_whitebox.analysis.gpu_smoke import (DRY_RUN_PLAN, EXPLICIT,
+                                               GPU_PLAN, PRECISIONS, REPORT,
+                                               RESULTS, SIZE_FIELDS,
+                                               SMOKE_CONFIGS, missing_gpu,
+                                               precision_problem,
+                                               run_gpu_smoke)
+
+
+def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
+    assert DRY_RUN_PLAN.models == GPU_PLAN.models == tuple(SMOKE_CONFIGS)
+    assert DRY_RUN_PLAN.precisions == GPU_PLAN.precisions == PRECISIONS
+    assert DRY_RUN_PLAN.ddp_model == GPU_PLAN.ddp_model
+    assert set(plan_differences(DRY_RUN_PLAN, GPU_PLAN)) <= set(SIZE_FIELDS)
+    # every published decode head on ViT-T, and the CBT encoder
+    assert set(GPU_PLAN.models) == {'segmenter', 'linear', 'mssa',
+                                    'mssa-ca', 'tssa', 'cbsa',
+                                    'cbsa-rigorous', 'cbt+cbsa'}
+    assert GPU_PLAN.arch == 't' and GPU_PLAN.iterations == 20
+
+
+@pytest.fixture(scope='module')
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp('smoke')
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the one_thread fixture, for the module
+    try:
+        return out, run_gpu_smoke(str(out), dry_run=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_dry_run_trains_every_model_in_every_precision(dry_run):
+    out, report = dry_run
+    rows = report['rows']
+    assert [(r['model'], r['precision']) for r in rows] == [
+        (m, p) for m in GPU_PLAN.models for p in PRECISIONS]
+    cpu = torch.device('cpu')
+    for row in rows:
+        problem = precision_problem(cpu, row['precision'])
+        if problem:  # e.g. CPU float16 before torch 2.3: said, not run
+            assert row['status'] == problem and 'losses' not in row
+            continue
+        assert row['status'] == 'ok', row
+        assert len(row['losses']) == DRY_RUN_PLAN.iterations
+        assert all(math.isfinite(x) for x in row['losses'])
+        if row['precision'] == 'float32':
+            assert 'vs_float32' not in row  # no ratio to itself
+            assert 'skipped_steps' not in row
+        else:
+            assert row['vs_float32'] <= 0.05
+            assert row['skipped_steps'] == sum(
+                b < a for a, b in zip(row['scales'], row['scales'][1:]))
+        kernels = row['kernels']
+        assert kernels and all(k for k in kernels.values())
+    by_model = {(r['model'], r['precision']): r for r in rows}
+    # mmcv's MultiheadAttention (ViT, Segmenter) returns its weights: no
+    # SDPA; the CBSA operator calls F.scaled_dot_product_attention
+    seg = by_model[('segmenter', 'float32')]['kernels']
+    assert set(map(tuple, seg.values())) == {(EXPLICIT, )}
+    cbt = by_model[('cbt+cbsa', 'float32')]['kernels']
+    assert all(EXPLICIT not in k for k in cbt.values())
+    assert 'decode_head' not in ' '.join(
+        by_model[('linear', 'float32')]['kernels'])
+
+    ddp = report['ddp']
+    assert ddp['status'] == 'ok', ddp
+    assert ddp['processes'] == 2 and ddp['backend'] == 'gloo'
+    assert len(ddp['losses']) == 2
+    assert all(len(rank) == DRY_RUN_PLAN.ddp_iterations and all(
+        math.isfinite(x) for x in rank) for rank in ddp['losses'])
+    assert ddp['max_param_diff'] == 0.0
+    assert report['passed']
+
+    text = (out / REPORT).read_text()
+    assert text.splitlines()[0] == \
+        f'# GPU smoke check: {report["machine"]["cpu"]}'
+    assert f'torch {torch.__version__}' in text
+    assert text.count('\n| cbsa | ') == len(PRECISIONS) + 1  # + DDP row
+    assert 'All checks passed.' in text
+    saved = json.loads((out / RESULTS).read_text())
+    assert saved['rows'] == json.loads(json.dumps(rows))
+
+
+def test_gpu_plan_is_refused_on_a_cpu(tmp_path):
+    with pytest.raises(ValueError, match='give a CUDA device'):
+        run_gpu_smoke(str(tmp_path / 'x'), device='cpu')
+    assert not (tmp_path / 'x').exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
+def test_without_a_gpu_the_tool_says_so_in_one_line():
+    assert missing_gpu('cpu') is None
+    message = missing_gpu('cuda')
+    assert message.startswith('no GPU') and '\n' not in message

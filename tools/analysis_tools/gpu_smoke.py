@@ -21,7 +21,6 @@ at tiny sizes (DDP as 2 gloo processes). See docs/benchmarks.md ("GPU
 smoke check").
 """
 import argparse
-import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import run_tool, tool_parser
@@ -38,22 +37,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> None:
     args = parse_args(argv)
     from mmseg_whitebox.analysis.gpu_smoke import (REPORT, missing_gpu,
                                                    run_gpu_smoke)
+    from mmseg_whitebox.utils.tool_error import CheckFailedError
     missing = None if args.dry_run else missing_gpu(args.device)
     if missing:
         print(missing)
-        return 0
+        return
     report = run_gpu_smoke(args.out, args.device, args.dry_run)
     print(f'\nwritten to {args.out}: {REPORT}, gpu_smoke.json, ddp.log')
-    if not report['passed']:
-        print('some checks FAILED: see the note column of '
-              f'{args.out}/{REPORT}')
-        return 1
-    return 0
+    if not report['passed']:  # exit 1, one line
+        raise CheckFailedError('some checks failed: see the note column '
+                               f'of {args.out}/{REPORT}')
 
 
 if __name__ == '__main__':
-    sys.exit(run_tool(main))  # 1: a check failed
+    run_tool(main)

@@ -144,6 +144,16 @@ def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
                 status='ok')
 
 
+def missing_gpu_line(device: str, nothing: str) -> Optional[str]:
+    """The one line a GPU tool prints instead of its work when ``device``
+    is a CUDA device torch cannot see (None when it can); ``nothing`` says
+    what is not done."""
+    if torch.device(device).type == 'cuda' and not torch.cuda.is_available():
+        return (f'no GPU: torch sees no CUDA device, so {nothing} '
+                '(--dry-run runs the same plan on the CPU at tiny sizes)')
+    return None
+
+
 def plan_differences(plan: Any, other: Any) -> List[str]:
     """The fields in which two plans (dataclasses of one type) differ: a
     dry run's plan may differ from the GPU's in its sizes only."""

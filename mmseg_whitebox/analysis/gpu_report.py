@@ -14,7 +14,8 @@ measured in both precisions. Writes ``gpu_report.md`` (one table per
 benchmark, with the device name, torch version and date) and one JSON per
 benchmark. ``dry_run`` runs the same plan on the CPU at tiny sizes
 (:data:`DRY_RUN_PLAN`: the same models, heads and banded-loss rows, only
-sizes and timing replaced), to check the code path without a GPU. FLOPs are
+sizes, CBSA's grid of representatives and timing replaced), to check the
+code path without a GPU. FLOPs are
 not counted: they do not depend on the device, and the CPU tables of
 ``docs/benchmarks.md`` have them.
 """
@@ -32,7 +33,8 @@ from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
 from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
-                        prepare_run, rep_grid_options)
+                        missing_gpu_line, prepare_run,
+                        rep_grid_options)
 from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
@@ -139,15 +141,10 @@ DRY_RUN_PLAN = replace(
                 'timed once; sweep: one 64x64 image, 2 settings'))
 
 
-
 def missing_gpu(device: str) -> Optional[str]:
     """The one line to print instead of a report when ``device`` is a CUDA
     device torch cannot see (None when it can)."""
-    if torch.device(device).type == 'cuda' and not torch.cuda.is_available():
-        return ('no GPU: torch sees no CUDA device, so there is no GPU '
-                'report to make (--dry-run runs the same sequence on the '
-                'CPU at tiny sizes)')
-    return None
+    return missing_gpu_line(device, 'there is no GPU report to make')
 
 
 def precision_name(amp: Optional[str]) -> str:

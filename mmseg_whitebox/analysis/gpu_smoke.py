@@ -69,8 +69,8 @@ import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
 from mmseg_whitebox.utils.tool_error import InputError
-from .benchmark import (Benchmark, build_models, prepare_run,
-                        project_configs, start_report)
+from .benchmark import (Benchmark, build_models, missing_gpu_line,
+                        prepare_run, project_configs, start_report)
 from .decoder_benchmark import HEAD_CONFIGS
 from .report import results_table
 from .train_step_benchmark import TRAIN_CONFIGS
@@ -172,15 +172,10 @@ DRY_RUN_PLAN = replace(
                 'iterations of one 64x64 crop each'))
 
 
-
 def missing_gpu(device: str) -> Optional[str]:
     """The one line to print instead of a check when ``device`` is a CUDA
     device torch cannot see (None when it can)."""
-    if torch.device(device).type == 'cuda' and not torch.cuda.is_available():
-        return ('no GPU: torch sees no CUDA device, so there is nothing to '
-                'check (--dry-run runs the same plan on the CPU at tiny '
-                'sizes)')
-    return None
+    return missing_gpu_line(device, 'there is nothing to check')
 
 
 # ----------------------------------------------------------- the precisions

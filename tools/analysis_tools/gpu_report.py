@@ -13,7 +13,7 @@ in float32 and under bfloat16 autocast, sized to take under 8 minutes on
 one current GPU. Writes DIR/gpu_report.md (one table per benchmark, with
 the device name, torch version and date) and DIR/<benchmark>.json. On a
 machine without a GPU it says so in one line and exits 0; --dry-run runs
-the same sequence on the CPU at tiny sizes instead (a check of the code
+the same plan on the CPU at tiny sizes instead (a check of the code
 path: its figures mean nothing). See docs/benchmarks.md ("GPU report").
 """
 import argparse
@@ -29,7 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_out_arg(p, 'folder for gpu_report.md and the JSONs', required=True)
     add_device_arg(p, 'cuda', 'cuda or cuda:N (default: cuda)')
     p.add_argument('--dry-run', action='store_true',
-                   help='the same sequence on the CPU at tiny sizes')
+                   help='the same plan on the CPU at tiny sizes')
     return p.parse_args(argv)
 
 

@@ -28,6 +28,7 @@ def run_rank(spec: Dict) -> None:
     """This rank's part of the DDP run that ``spec`` describes."""
     import mmseg_whitebox  # noqa: F401  (compat + registration first)
     from mmseg_whitebox.utils.atomic import write_json
+    from mmseg_whitebox.models.layers.grad_layout import keep_grad_layout
     from .gpu_smoke import (build_optim_wrapper, build_smoke_model,
                             smoke_batch, train_iteration)
     rank, local_rank = int(os.environ['RANK']), int(os.environ['LOCAL_RANK'])
@@ -46,6 +47,9 @@ def run_rank(spec: Dict) -> None:
             spec['config_root'],
             tuple(spec['rep_grid']) if spec['rep_grid'] else None)
         optim_wrapper = build_optim_wrapper(model, 'float32', device)
+        # as GradLayoutHook does in the Runner: gradients in their
+        # parameters' strides, no copy into DDP's buckets
+        keep_grad_layout(model)
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if device.type == 'cuda' else None,
             find_unused_parameters=False)

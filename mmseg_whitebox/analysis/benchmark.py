@@ -174,13 +174,12 @@ def measure_sizes(sizes: Sequence[Tuple[int, int]],
     return rows
 
 
-def rep_grid_options(path: str, rep_grid: Tuple[int, int]
+def rep_grid_options(model_cfg: Any, rep_grid: Tuple[int, int]
                      ) -> Dict[str, Any]:
-    """``--cfg-options`` that set every ``rep_grid`` of the model of config
-    ``path`` (encoder and head) to ``rep_grid``: CBSA's representatives
-    need a token grid at least that large, so tiny inputs (the dry runs)
-    shrink them."""
-    from mmengine.config import Config
+    """``--cfg-options`` that set every ``rep_grid`` of ``model_cfg`` (a
+    config's ``model``: encoder and head) to ``rep_grid``: CBSA's
+    representatives need a token grid at least that large, so tiny inputs
+    (the dry runs) shrink them."""
     found: Dict[str, Any] = {}
 
     def walk(node: Any, key: str) -> None:
@@ -194,7 +193,7 @@ def rep_grid_options(path: str, rep_grid: Tuple[int, int]
                 else:
                     walk(value, f'{key}.{name}')
 
-    walk(Config.fromfile(path).model.to_dict(), 'model')
+    walk(model_cfg, 'model')
     return found
 
 
@@ -221,7 +220,7 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
         if options:
             cfg.merge_from_dict(options)
         if rep_grid is not None:
-            cfg.merge_from_dict(rep_grid_options(path, rep_grid))
+            cfg.merge_from_dict(rep_grid_options(cfg.model, rep_grid))
         torch.manual_seed(seed)
         model = MODELS.build(cfg.model)
         with quiet_logging():  # not mmengine's per-parameter init report

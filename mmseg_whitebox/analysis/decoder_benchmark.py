@@ -127,7 +127,7 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
         path = BENCHMARK.config(name, encoder, config_root)
         cfg = Config.fromfile(path)
         if rep_grid is not None:
-            cfg.merge_from_dict(rep_grid_options(path, rep_grid))
+            cfg.merge_from_dict(rep_grid_options(cfg.model, rep_grid))
         if name == STRAIGHTFORWARD and cbsa_head is not None:
             head = StraightforwardCBSADecoder(cbsa_head)
         else:

@@ -215,7 +215,9 @@ def _shared_sweep(plan: ReportPlan, device: torch.device,
     config = osp.join(config_root, plan.sweep_config)
     cfg_options = dict(plan.sweep_cfg_options or {})
     if plan.rep_grid is not None:
-        cfg_options.update(rep_grid_options(config, plan.rep_grid))
+        from mmengine.config import Config
+        cfg_options.update(rep_grid_options(Config.fromfile(config).model,
+                                            plan.rep_grid))
     options = SharedSweepOptions(
         config=config, images=plan.sweep_images,
         image_size=tuple(plan.sweep_image_size),

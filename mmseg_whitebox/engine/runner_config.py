@@ -2,8 +2,9 @@
 model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
 the hook that makes every checkpoint load weights-only, the checkpoint
 hook that writes them atomically, the logger hook whose test metrics
-file only the main process writes and the hook that stops dataloader
-workers when the run ends; :func:`load_config` takes them from a tool's
+file only the main process writes, the hook that stops dataloader
+workers when the run ends and, for a config that sets ``compile``, the
+hook that compiles inference too; :func:`load_config` takes them from a tool's
 common options; and the one Runner that tests a checkpoint
 (:func:`build_test_runner`), for ``tools/test.py`` and the robustness
 tools alike."""
@@ -26,6 +27,9 @@ HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
 #: (:class:`~mmseg_whitebox.engine.hooks.ReleaseDataloaderWorkersHook`)
 RELEASE_WORKERS_HOOK = 'ReleaseDataloaderWorkersHook'
+#: compiles inference too when a config sets ``compile``
+#: (:class:`~mmseg_whitebox.engine.hooks.CompileHook`)
+COMPILE_HOOK = 'CompileHook'
 #: mmengine's default hooks that a project hook of the same arguments
 #: replaces: (:class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook`,
 #: :class:`~mmseg_whitebox.engine.hooks.MainProcessLoggerHook`)
@@ -56,6 +60,8 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
                                 osp.splitext(osp.basename(config))[0])
     ensure_weights_only_checkpoints(cfg)
     ensure_custom_hook(cfg, RELEASE_WORKERS_HOOK)
+    if cfg.get('compile', None):
+        ensure_custom_hook(cfg, COMPILE_HOOK)
     replace_default_hooks(cfg)
     return cfg
 

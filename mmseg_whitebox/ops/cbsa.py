@@ -101,6 +101,15 @@ class _SoftmaxOverOwnBuffer(torch.autograd.Function):
         return torch._softmax_backward_data(grad, attn, -1, attn.dtype)
 
 
+def _softmax_in_place(x: torch.Tensor) -> torch.Tensor:
+    """``softmax(x, dim=-1)`` of a fresh product, over its own buffer in
+    eager mode; under ``torch.compile`` the plain softmax (dynamo cannot
+    trace ``mark_dirty``; the compiler plans the buffers itself)."""
+    if export.compiling():
+        return torch.softmax(x, dim=-1)
+    return _SoftmaxOverOwnBuffer.apply(x)
+
+
 class CBSA(SubspaceAttention):
     """Contract-and-broadcast self-attention; returns the update.
 
@@ -221,7 +230,7 @@ class CBSA(SubspaceAttention):
         over the similarities).
         """
         if not precision.float16_autocast(z):
-            return _SoftmaxOverOwnBuffer.apply((q_ini * self.scale) @ z.mT)
+            return _softmax_in_place((q_ini * self.scale) @ z.mT)
         # float16 autocast: the similarities reach 65504 (inf, then NaN
         # attention) for subspace coordinates of a few hundred, so they are
         # computed in float32, shifted by their row maximum (the softmax
@@ -233,7 +242,7 @@ class CBSA(SubspaceAttention):
         with precision.autocast_off(z):
             logits = (q_ini.float() * self.scale) @ z.float().mT
             shifted = logits - logits.detach().amax(-1, keepdim=True)
-            return _SoftmaxOverOwnBuffer.apply(shifted.to(z.dtype))
+            return _softmax_in_place(shifted.to(z.dtype))
 
     def contract(self, q: torch.Tensor) -> torch.Tensor:
         """Contraction among the representatives ``(B, K, m, p)``, eq. (8):

@@ -1,6 +1,7 @@
 """Export-friendly forms of what the operators compute, used only while
 ``torch.export`` or an ONNX exporter records the model
-(``tools/deployment/export_onnx.py``); the default path stays the paper's.
+(``tools/deployment/export_onnx.py``), and whether ``torch.compile``
+traces; the default path stays the paper's.
 """
 from __future__ import annotations
 
@@ -16,6 +17,17 @@ def exporting() -> bool:
                            None)
     return bool((is_exporting is not None and is_exporting())
                 or torch.onnx.is_in_onnx_export())
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` (dynamo) traces this call: then the eager
+    path's hand-made memory savings, which dynamo cannot trace and the
+    compiler makes itself, give way to the plain operation."""
+    is_compiling = getattr(getattr(torch, 'compiler', None), 'is_compiling',
+                           None)  # torch >= 2.3; torch._dynamo's before
+    if is_compiling is None:
+        is_compiling = torch._dynamo.is_compiling
+    return bool(is_compiling())
 
 
 def pooling_weights(size: int, out: int, like: torch.Tensor) -> torch.Tensor:

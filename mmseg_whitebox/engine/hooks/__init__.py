@@ -1,5 +1,6 @@
 from .atomic_checkpoint_hook import LAST_CHECKPOINT, AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
+from .compile_hook import CompileHook
 from .freeze_backbone_hook import FreezeBackboneHook, freeze_backbone
 from .grad_layout_hook import GradLayoutHook
 from .main_process_logger_hook import MainProcessLoggerHook
@@ -11,6 +12,7 @@ from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
 __all__ = [
     'LAST_CHECKPOINT', 'AtomicCheckpointHook', 'CheckpointCheckHook',
+    'CompileHook',
     'FreezeBackboneHook', 'GradLayoutHook',
     'MainProcessLoggerHook', 'NonFiniteCounter',
     'RNGStateCheckpointHook', 'ReleaseDataloaderWorkersHook',

@@ -142,8 +142,11 @@ class JointTokenHead(MaskClassificationHead):
         b, num_patches, d = patches.shape
         # torch.cat([patches, classes], dim=1) without its slow copy of the
         # transposed feature map
+        # (the promoted dtype from the two dtypes: torch.result_type of
+        # the tensors would break a torch.compile graph)
         x = patches.new_empty(b, num_patches + classes.shape[1], d,
-                              dtype=torch.result_type(patches, classes))
+                              dtype=torch.promote_types(patches.dtype,
+                                                        classes.dtype))
         _copy_by_image(x[:, :num_patches], patches)
         x[:, num_patches:] = classes
         for layer in self.layers:

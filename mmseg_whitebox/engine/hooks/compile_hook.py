@@ -1,0 +1,74 @@
+"""What a config's ``compile`` (``True`` or ``torch.compile``'s keyword
+arguments, as mmengine reads it) compiles: the segmentor's ``loss``
+(training) and ``encode_decode`` (the network from image to class maps,
+which whole and sliding-window inference call: validation,
+``tools/test.py``, the noise sweep).
+
+mmengine's Runner, given ``compile``, compiles the whole ``train_step``,
+the optimizer step included, and leaves inference eager. With the
+configs' AdamW and its parameter groups, dynamo cannot trace that step
+(torch 2.13: ``InternalTorchDynamoError: AttributeError:
+'UserDefinedDictVariable' object has no attribute 'items'`` at
+``for group in self.param_groups``), so a run with ``compile`` set gets
+this hook (:func:`~mmseg_whitebox.engine.runner_config.runner_config`):
+it compiles the model's two calls itself and turns mmengine's off. The
+data preprocessing and the optimizer step stay eager; the forward and
+backward passes are compiled. A perturbation of the noise sweep changes
+the weights in place, never their shapes: the sweep compiles once.
+
+The models trace whole (``tests/test_compile.py``); the loss breaks only
+in mmseg's ``accuracy``, which its decode heads log beside the loss: it
+indexes the pixels that are not ignored (a data-dependent shape). Dynamo's
+``capture_dynamic_output_shape_ops`` would capture it, but inductor then
+fails on that graph (torch 2.13: ``AssertionError: u6 -> u0`` in
+``aten.index``), so it stays a break (docs/compile.md).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from mmseg.registry import HOOKS
+
+#: the segmentor methods compiled (module docstring)
+COMPILED_METHODS = ('loss', 'encode_decode')
+
+
+def compile_options(compile_cfg: Any) -> Dict[str, Any]:
+    """``torch.compile``'s keyword arguments from a config's ``compile``
+    (``True``: the defaults), as mmengine reads it."""
+    return {} if compile_cfg is True else dict(compile_cfg)
+
+
+def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
+    """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
+    from DDP first)."""
+    if is_model_wrapper(model):
+        model = model.module
+    options = compile_options(compile_cfg)
+    for name in COMPILED_METHODS:
+        setattr(model, name, torch.compile(getattr(model, name), **options))
+
+
+@HOOKS.register_module()
+class CompileHook(Hook):
+    """Before the run (and before mmengine would compile ``train_step``):
+    the segmentor's loss and inference compiled with the config's
+    ``compile`` arguments, and mmengine's own compilation turned off
+    (module docstring)."""
+
+    priority = 'VERY_LOW'
+
+    def before_run(self, runner: Any) -> None:
+        compile_cfg = runner.cfg.get('compile', None)
+        if not compile_cfg:
+            return
+        compile_segmentor(runner.model, compile_cfg)
+        runner.cfg.compile = False  # mmengine's train_step compilation
+        print_log('compiled the segmentor\'s loss and encode_decode '
+                  f'(torch.compile, {compile_options(compile_cfg) or "defaults"}'
+                  '); the first iterations include the compilation',
+                  logger='current')

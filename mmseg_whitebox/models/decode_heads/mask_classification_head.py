@@ -142,11 +142,13 @@ class JointTokenHead(MaskClassificationHead):
         b, num_patches, d = patches.shape
         # torch.cat([patches, classes], dim=1) without its slow copy of the
         # transposed feature map
-        # (the promoted dtype from the two dtypes: torch.result_type of
-        # the tensors would break a torch.compile graph)
+        # (the promoted dtype, asked of torch only when the two differ:
+        # a dtype-valued torch call breaks a torch.compile graph)
+        dtype = patches.dtype
+        if classes.dtype != dtype:  # autocast: float32 class embeddings
+            dtype = torch.promote_types(dtype, classes.dtype)
         x = patches.new_empty(b, num_patches + classes.shape[1], d,
-                              dtype=torch.promote_types(patches.dtype,
-                                                        classes.dtype))
+                              dtype=dtype)
         _copy_by_image(x[:, :num_patches], patches)
         x[:, num_patches:] = classes
         for layer in self.layers:

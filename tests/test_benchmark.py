@@ -422,3 +422,25 @@ def test_a_benchmarked_training_step_is_one_optimizer_step():
     # the banded model took the same step (float32 summation order)
     for (name, p), q in zip(model.named_parameters(), banded.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_decoder_benchmark_times_compiled_heads_beside_eager(tmp_path):
+    """``--compile``: every head also compiled, the same parameters, timed
+    in the same rounds; its compilation time and its ratios to itself
+    eager (inductor: one forward graph)."""
+    out = tmp_path / 'bench'
+    proc = run_tool([BENCH, '--arch', 't', '--shapes', '64', '--heads',
+                     'segmenter', '--compile', '--no-backward',
+                     '--no-flops', '--repeats', '1', '--warmup', '0',
+                     '--out', str(out)])
+    assert 'compiled / eager (same head, same size):' in proc.stdout
+    report = json.loads((out / 'benchmark.json').read_text())
+    assert report['compile'] is True
+    rows = {r['head']: r for r in report['results']}
+    assert set(rows) == {'segmenter', 'segmenter+compile'}
+    eager, compiled = rows['segmenter'], rows['segmenter+compile']
+    assert compiled['params'] == eager['params']
+    assert compiled['fwd_compile_s'] > 0 and 'fwd_compile_s' not in eager
+    assert compiled['fwd_ms_vs_eager'] == pytest.approx(
+        compiled['fwd_ms'] / eager['fwd_ms'])
+    assert 'x eager' in (out / 'benchmark.md').read_text()

@@ -46,6 +46,8 @@ class BenchmarkOptions:
     #: the autocast dtype (``'float16'``, ``'bfloat16'``), or None
     amp: Optional[str] = None
     seed: int = 0
+    #: also time every model compiled (``torch.compile``), side by side
+    compile: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ with the largest output difference.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os.path as osp
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -44,6 +47,11 @@ HEAD_CONFIGS = {
 }
 REFERENCE = 'segmenter'
 DEFAULT, STRAIGHTFORWARD = 'cbsa', 'cbsa-straightforward'
+#: the row name of a head compiled with ``torch.compile`` (``--compile``)
+COMPILED = '{}+compile'
+#: compiled graphs dynamo may keep per function: one per size and mode
+#: (no_grad, training) of every head that shares a forward's code
+RECOMPILE_LIMIT = 256
 
 
 # ------------------------------------------------------------ the baselines
@@ -145,6 +153,36 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
     return heads, info
 
 
+def add_compiled(heads: Dict[str, nn.Module], info: Dict[str, Dict]
+                 ) -> List[str]:
+    """Each head also compiled (``torch.compile``, static shapes: a graph
+    per size, as a fixed-size deployment runs), the same module and
+    parameters, as ``<name>+compile``; returns the eager names."""
+    eager = list(heads)
+    for name in eager:
+        heads[COMPILED.format(name)] = torch.compile(heads[name],
+                                                     dynamic=False)
+        info[COMPILED.format(name)] = info[name]
+    return eager
+
+
+def recompile_limit():
+    """Room for every size's and mode's graph (:data:`RECOMPILE_LIMIT`;
+    dynamo would run a function eagerly past its limit)."""
+    import torch._dynamo.config as config
+    key = ('recompile_limit' if hasattr(config, 'recompile_limit') else
+           'cache_size_limit')  # torch < 2.6
+    return config.patch(**{key: RECOMPILE_LIMIT})
+
+
+def timed_first_call(fn) -> float:
+    """Seconds of ``fn``'s first call: a compiled function's compilation
+    (and one run)."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 # ------------------------------------------------------------ measuring
 def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  size: Tuple[int, int], options: BenchmarkOptions,
@@ -163,16 +201,19 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                               generator=gen).to(device)
         row = rows[name] = new_row(name, size, grid=list(grid),
                                    tokens=grid[0] * grid[1])
+        compiled = name.endswith(COMPILED.format(''))
         fwd = inference_call(head, [feature], device, options.amp)
         if skipped(row, 'mem_fwd', past, memory_limit,
                    'skipped: forward predicted to need'):
             print(f'  {name:<22} {row["status"]}', flush=True)
             return row, None
+        if compiled:  # the compilation apart from the memory and times
+            row['fwd_compile_s'] = timed_first_call(fwd)
         row['mem_fwd'], out = peak_memory(fwd, device)
         if name in (DEFAULT, STRAIGHTFORWARD):
             outputs[name] = out.float()
         del out
-        if options.flops:
+        if options.flops and not compiled:
             flops, params = decode_head_complexity(head, feature)
             row.update(flops=flops, params=params)
         else:
@@ -185,6 +226,8 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                                  device, options.amp)
             if not skipped(row, 'mem_train', past, memory_limit,
                            'backward skipped: predicted to need'):
+                if compiled:
+                    row['train_compile_s'] = timed_first_call(step)
                 row['mem_train'], _ = peak_memory(step, device)
                 calls['train'] = step
         if len(outputs) == 2:
@@ -199,8 +242,19 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
 # ------------------------------------------------------------- reporting
 def straightforward_note(row: Dict) -> List[str]:
     """The ``cbsa`` row's speed and output difference against the
-    straightforward listing."""
+    straightforward listing; a compiled row's compilation time and its
+    ratios to the same head eager."""
     notes = []
+    if 'fwd_compile_s' in row:
+        compiled = [f'compiled in {row["fwd_compile_s"]:.1f} s (fwd)' + (
+            f' + {row["train_compile_s"]:.1f} s (fwd+bwd)'
+            if 'train_compile_s' in row else '')]
+        compiled += [f'{what} {row[f"{key}_vs_eager"]:.3f}x eager'
+                     for key, what in (('fwd_ms', 'fwd'),
+                                       ('train_ms', 'fwd+bwd'),
+                                       ('mem_fwd', 'fwd memory'))
+                     if f'{key}_vs_eager' in row]
+        notes.append('; '.join(compiled))
     if 'fwd_ms_vs_straightforward' in row:
         notes.append(f'fwd {row["fwd_ms_vs_straightforward"]:.3f}x '
                      'straightforward')
@@ -254,13 +308,23 @@ def run_decoder_benchmark(out: str,
     built, info = build_heads(list(heads), encoder, torch_device,
                               options.seed,
                               config_root or project_configs())
+    benchmark = BENCHMARK
+    if options.compile:
+        # every compiled head's ratios to itself eager
+        benchmark = dataclasses.replace(BENCHMARK, baselines=tuple(
+            BENCHMARK.baselines) + tuple(
+                Baseline(name, ('fwd_ms', 'train_ms', 'mem_fwd',
+                                'mem_train'), 'eager',
+                         only=COMPILED.format(name))
+                for name in add_compiled(built, info)))
     with start_report(out, torch_device, f'ViT-{encoder} features',
-                      options.amp) as facts:
+                      options.amp) as facts, recompile_limit() \
+            if options.compile else contextlib.nullcontext():
         history: Dict[str, List[Dict]] = {}
-        return BENCHMARK.run(
+        return benchmark.run(
             out, sizes, lambda size: measure_size(
                 built, info, size, options, torch_device, history,
                 memory_limit),
             dict(machine=facts, encoder=encoder, amp=options.amp,
-                 heads=info),
+                 compile=options.compile, heads=info),
             f'decoders on ViT-{encoder} features')

@@ -5,7 +5,7 @@
                  cbsa-straightforward] \
         [--shapes 512 768 1024 1536 2048 512x1024] [--device cpu|cuda] \
         [--threads N] [--repeats 10] [--max-seconds 30] [--no-backward] \
-        [--amp [--amp-dtype float16|bfloat16]] \
+        [--amp [--amp-dtype float16|bfloat16]] [--compile] \
         [--out work_dirs/benchmark_decoders]
 
 Per image size and head: parameters and FLOPs (mmengine's analysis, fused
@@ -13,6 +13,10 @@ multiply-adds, attention included), forward latency (no_grad) and
 forward+backward latency (median over --repeats interleaved calls), peak
 memory (CUDA: max_memory_allocated; CPU: the rise of the resident-set
 high-water mark), each as a ratio to mmseg's Segmenter mask head.
+
+``--compile`` adds every head compiled (``torch.compile``, a graph per
+size), timed in the same interleaved rounds as the eager heads, with its
+compilation time and its ratios to the same head eager.
 
 ``cbsa`` runs the operators' equations, ``cbsa-straightforward`` the CBSA
 paper's Appendix D listing with the same parameters; the first is also
@@ -48,11 +52,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_measurement_args(p, 'heads', repeats=10, warmup=2, max_seconds=30.0)
     p.add_argument('--no-flops', action='store_true',
                    help='skip the FLOP counts')
+    p.add_argument('--compile', action='store_true',
+                   help='also time every head compiled (torch.compile), '
+                   'side by side with eager')
     add_out_arg(p, 'output folder (default: work_dirs/benchmark_decoders)',
                 default='work_dirs/benchmark_decoders')
     args = p.parse_args(argv)
     check_measurement_args(p, args)
     return args
+
+
+def print_compiled(rows: List[Dict]) -> None:
+    compiled = [r for r in rows if 'fwd_ms_vs_eager' in r]
+    if compiled:
+        print('\ncompiled / eager (same head, same size):')
+    for r in compiled:
+        train = r.get('train_ms_vs_eager')
+        print(f'  {r["head"]:<22} {r["size"]:>9}: fwd '
+              f'{r["fwd_ms_vs_eager"]:.3f}' + (
+                  f', fwd+bwd {train:.3f}' if train else '') +
+              f'  (compiled in {r["fwd_compile_s"]:.1f} s' + (
+                  f' + {r["train_compile_s"]:.1f} s' if
+                  'train_compile_s' in r else '') + ')')
 
 
 def print_summary(rows: List[Dict], fits: Dict) -> None:
@@ -78,9 +99,10 @@ def main(argv=None) -> Dict:
             repeats=args.repeats, warmup=args.warmup,
             max_seconds=args.max_seconds, backward=not args.no_backward,
             flops=not args.no_flops, amp=amp_dtype(args),
-            seed=args.seed),
+            seed=args.seed, compile=args.compile),
         args.device, args.threads, args.memory_limit_gb)
     print_summary(report['results'], report['slopes'])
+    print_compiled(report['results'])
     return report
 
 

@@ -4,8 +4,8 @@ the hook that makes every checkpoint load weights-only, the checkpoint
 hook that writes them atomically, the logger hook whose test metrics
 file only the main process writes, the hook that stops dataloader
 workers when the run ends and, for a config that sets ``compile``, the
-hook that compiles inference too; :func:`load_config` takes them from a tool's
-common options; and the one Runner that tests a checkpoint
+hook that compiles the segmentor; :func:`load_config` takes them from a
+tool's common options; and the one Runner that tests a checkpoint
 (:func:`build_test_runner`), for ``tools/test.py`` and the robustness
 tools alike."""
 from __future__ import annotations
@@ -27,7 +27,8 @@ HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
 #: (:class:`~mmseg_whitebox.engine.hooks.ReleaseDataloaderWorkersHook`)
 RELEASE_WORKERS_HOOK = 'ReleaseDataloaderWorkersHook'
-#: compiles inference too when a config sets ``compile``
+#: compiles the segmentor's loss and inference when a config sets
+#: ``compile``
 #: (:class:`~mmseg_whitebox.engine.hooks.CompileHook`)
 COMPILE_HOOK = 'CompileHook'
 #: mmengine's default hooks that a project hook of the same arguments

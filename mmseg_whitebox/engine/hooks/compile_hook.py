@@ -68,7 +68,7 @@ class CompileHook(Hook):
             return
         compile_segmentor(runner.model, compile_cfg)
         runner.cfg.compile = False  # mmengine's train_step compilation
-        print_log('compiled the segmentor\'s loss and encode_decode '
-                  f'(torch.compile, {compile_options(compile_cfg) or "defaults"}'
-                  '); the first iterations include the compilation',
-                  logger='current')
+        options = compile_options(compile_cfg) or 'defaults'
+        print_log(f'compiled the segmentor\'s loss and encode_decode '
+                  f'(torch.compile, {options}); the first iterations '
+                  'include the compilation', logger='current')

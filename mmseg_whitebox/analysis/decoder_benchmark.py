@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os.path as osp
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -32,7 +31,7 @@ from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
 from .report import Baseline
-from .timing import backward_call, inference_call
+from .timing import backward_call, inference_call, timed_call
 
 # head name -> config (relative to configs/, {size} = t|s|b|l: the ViT)
 HEAD_CONFIGS = {
@@ -175,13 +174,6 @@ def recompile_limit():
     return config.patch(**{key: RECOMPILE_LIMIT})
 
 
-def timed_first_call(fn) -> float:
-    """Seconds of ``fn``'s first call: a compiled function's compilation
-    (and one run)."""
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
 
 # ------------------------------------------------------------ measuring
 def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
@@ -207,8 +199,8 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                    'skipped: forward predicted to need'):
             print(f'  {name:<22} {row["status"]}', flush=True)
             return row, None
-        if compiled:  # the compilation apart from the memory and times
-            row['fwd_compile_s'] = timed_first_call(fwd)
+        if compiled:  # the first call compiles: apart from the figures
+            row['fwd_compile_s'] = timed_call(fwd, device)
         row['mem_fwd'], out = peak_memory(fwd, device)
         if name in (DEFAULT, STRAIGHTFORWARD):
             outputs[name] = out.float()
@@ -227,7 +219,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
             if not skipped(row, 'mem_train', past, memory_limit,
                            'backward skipped: predicted to need'):
                 if compiled:
-                    row['train_compile_s'] = timed_first_call(step)
+                    row['train_compile_s'] = timed_call(step, device)
                 row['mem_train'], _ = peak_memory(step, device)
                 calls['train'] = step
         if len(outputs) == 2:

@@ -28,6 +28,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed_call(fn: Callable[[], object], device: torch.device,
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one call of ``fn``, its queued GPU work included."""
+    start = clock()
+    fn()
+    synchronize(device)
+    return clock() - start
+
+
 def autocast(device: torch.device, amp: Optional[str]):
     """``torch.autocast`` in ``amp`` (``'float16'`` or ``'bfloat16'``, as
     ``--amp-dtype``), or nothing."""
@@ -105,10 +114,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
         raise ValueError(f'repeats must be >= 1, got {repeats}')
 
     def call(fn: Callable[[], object]) -> float:
-        start = clock()
-        fn()
-        synchronize(device)
-        return clock() - start
+        return timed_call(fn, device, clock)
 
     for fn in fns.values():
         for _ in range(warmup):

@@ -4,7 +4,6 @@ import json
 import os
 import os.path as osp
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -114,14 +113,6 @@ def needs_onnx_export():
     from mmseg_whitebox.deployment.onnx_export import export_problem
     problem = export_problem()
     return pytest.mark.skipif(problem is not None, reason=problem or '')
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now (each launched run takes its
-    own)."""
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def run_in_session(args: List[str], env: dict,

@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-from _helpers import free_port
+from mmseg_whitebox.utils.distributed import free_port
 
 #: the programs the cluster needs (Debian: slurm-wlm, munge)
 PROGRAMS = ('munged', 'slurmctld', 'slurmd', 'srun', 'sinfo', 'scontrol')

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from _ddp_models import (ITERS, MODELS, OPTIMIZER, WORLD_SIZE, crop_batch,
                          tiny_config)
 from _helpers import REPO
-from _helpers import free_port
+from mmseg_whitebox.utils.distributed import free_port
 
 pytestmark = [
     pytest.mark.distributed,

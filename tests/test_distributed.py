@@ -19,11 +19,12 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-from _helpers import (DEMO_SEGMENTER, REPO, free_port, run_in_session,
+from _helpers import (DEMO_SEGMENTER, REPO, run_in_session,
                       run_tool, small_run_options)
 from mmseg_whitebox.utils.device import cuda_hidden, resolve_device
 from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
-                                              run_device, setup_distributed)
+                                              free_port, run_device,
+                                              setup_distributed)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 pytestmark = [

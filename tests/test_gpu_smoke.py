@@ -3,6 +3,8 @@ model in every precision, the DDP run as 2 gloo processes), and that plan
 being the GPU's apart from its sizes."""
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,7 +13,8 @@ from mmseg_whitebox.analysis.benchmark import plan_differences
 from mmseg_whitebox.analysis.gpu_smoke import (DRY_RUN_PLAN, EXPLICIT,
                                                GPU_PLAN, PRECISIONS, REPORT,
                                                RESULTS, SIZE_FIELDS,
-                                               SMOKE_CONFIGS, missing_gpu,
+                                               SMOKE_CONFIGS, first_error,
+                                               missing_gpu,
                                                precision_problem,
                                                run_gpu_smoke)
 
@@ -73,7 +76,7 @@ def test_dry_run_trains_every_model_in_every_precision(dry_run):
         by_model[('linear', 'float32')]['kernels'])
 
     ddp = report['ddp']
-    assert ddp['status'] == 'ok', ddp
+    assert ddp['status'] == 'ok', (ddp, (out / 'ddp.log').read_text()[-6000:])
     assert ddp['processes'] == 2 and ddp['backend'] == 'gloo'
     assert len(ddp['losses']) == 2
     assert all(len(rank) == DRY_RUN_PLAN.ddp_iterations and all(
@@ -89,6 +92,20 @@ def test_dry_run_trains_every_model_in_every_precision(dry_run):
     assert 'All checks passed.' in text
     saved = json.loads((out / RESULTS).read_text())
     assert saved['rows'] == json.loads(json.dumps(rows))
+
+
+def test_a_stalled_rank_is_named_from_its_watchdog(tmp_path):
+    """A rank that waits forever: its watchdog (faulthandler, as each DDP
+    rank arms it) ends it, and the row's error says so, not the last
+    stack line."""
+    log = tmp_path / 'ddp.log'
+    with open(log, 'w') as f:
+        code = subprocess.call([sys.executable, '-c', (
+            'import faulthandler, threading\n'
+            'faulthandler.dump_traceback_later(0.1, exit=True)\n'
+            'threading.Event().wait()\n')], stdout=f, stderr=f)
+    assert code == 1
+    assert first_error(str(log)).startswith('a rank stalled: Timeout (')
 
 
 def test_gpu_plan_is_refused_on_a_cpu(tmp_path):

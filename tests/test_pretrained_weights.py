@@ -8,7 +8,6 @@ import functools
 import http.server
 import os
 import os.path as osp
-import socket
 import threading
 import time
 
@@ -21,6 +20,7 @@ from mmseg_whitebox.engine.pretrained import (FAILED_SUFFIX,
                                               fetch_pretrained_weights,
                                               hub_cache_path,
                                               pretrained_checkpoints)
+from mmseg_whitebox.utils.distributed import free_port
 from mmseg_whitebox.utils.tool_error import ToolError
 
 WEIGHTS = 'vit_test_weights.pth'
@@ -60,10 +60,7 @@ def server(tmp_path):
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        port = sock.getsockname()[1]
-    return f'http://127.0.0.1:{port}/{WEIGHTS}'
+    return f'http://127.0.0.1:{free_port()}/{WEIGHTS}'
 
 
 def model_cfg(**model) -> Config:

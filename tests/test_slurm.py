@@ -21,10 +21,10 @@ import sys
 import pytest
 import torch.distributed as dist
 
-from _helpers import (DEMO_SEGMENTER, REPO, free_port, run_in_session,
+from _helpers import (DEMO_SEGMENTER, REPO, run_in_session,
                       small_run_options)
 from _slurm_cluster import PARTITION, SlurmCluster, SlurmUnavailable
-from mmseg_whitebox.utils.distributed import slurm_environment
+from mmseg_whitebox.utils.distributed import free_port, slurm_environment
 from mmseg_whitebox.utils.tool_error import ToolError
 
 pytestmark = pytest.mark.slurm

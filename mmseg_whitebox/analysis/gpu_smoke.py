@@ -68,6 +68,7 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
+from mmseg_whitebox.utils.distributed import free_port
 from mmseg_whitebox.utils.tool_error import InputError
 from .benchmark import (Benchmark, build_models, missing_gpu_line,
                         prepare_run, project_configs, start_report)
@@ -542,10 +543,13 @@ def describe(row: Dict) -> str:
 # ------------------------------------------------------------- DDP
 def first_error(log: str) -> str:
     """The first rank's exception line in a torchrun log (``[rankN]:
-    SomeError: ...``), else its last line."""
+    SomeError: ...``), a rank's watchdog line (its stacks follow it), else
+    the log's last line."""
     with open(log, errors='replace') as f:
         lines = [line.strip() for line in f if line.strip()]
     for line in lines:
+        if line.startswith('Timeout ('):  # faulthandler's, see run_rank
+            return f'a rank stalled: {line} its threads\' stacks follow'
         if line.startswith('[rank') and ('Error: ' in line or
                                          'Exception: ' in line):
             return line
@@ -572,7 +576,7 @@ def run_ddp(plan: SmokePlan, device: torch.device, seed: int,
         write_json(spec_path, dict(
             model=plan.ddp_model, arch=plan.arch, crop=list(plan.ddp_crop),
             batch=plan.ddp_batch, iterations=plan.ddp_iterations, seed=seed,
-            rep_grid=plan.rep_grid,
+            rep_grid=plan.rep_grid, watchdog=max(timeout - 30, timeout / 2),
             device=device.type, config_root=config_root, out=result))
         package_root = osp.dirname(osp.dirname(osp.dirname(
             osp.abspath(__file__))))
@@ -581,9 +585,12 @@ def run_ddp(plan: SmokePlan, device: torch.device, seed: int,
                               if p]))
         if device.type == 'cpu':
             env['OMP_NUM_THREADS'] = '1'  # 2 processes share the cores
+        # one node on 127.0.0.1, as tools/dist_train.sh launches: no
+        # c10d rendezvous, whose node names come from DNS (getfqdn)
         command = [sys.executable, '-m', 'torch.distributed.run',
-                   '--standalone', f'--nproc_per_node={processes}', '-m',
-                   'mmseg_whitebox.analysis.gpu_smoke_ddp', spec_path]
+                   '--nnodes=1', f'--nproc_per_node={processes}',
+                   '--master_addr=127.0.0.1', f'--master_port={free_port()}',
+                   '-m', 'mmseg_whitebox.analysis.gpu_smoke_ddp', spec_path]
         start = time.perf_counter()
         with open(log, 'w') as log_file:
             proc = subprocess.Popen(command, stdout=log_file,

@@ -14,6 +14,7 @@ the spec's ``out``. Not a tool: it runs only under ``torchrun``.
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import json
 import os
 import sys
@@ -31,6 +32,9 @@ def run_rank(spec: Dict) -> None:
     from mmseg_whitebox.models.layers.grad_layout import keep_grad_layout
     from .gpu_smoke import (build_optim_wrapper, build_smoke_model,
                             smoke_batch, train_iteration)
+    # a rank that stalls (a collective nobody joins) prints every thread's
+    # stack to the log and exits, before the launcher's timeout kills it
+    faulthandler.dump_traceback_later(spec['watchdog'], exit=True)
     rank, local_rank = int(os.environ['RANK']), int(os.environ['LOCAL_RANK'])
     world = int(os.environ['WORLD_SIZE'])
     if spec['device'] == 'cuda':
@@ -85,6 +89,7 @@ def run_rank(spec: Dict) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+        faulthandler.cancel_dump_traceback_later()
 
 
 def main(argv: List[str]) -> None:

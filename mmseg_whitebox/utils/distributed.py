@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import socket
 import subprocess
 from typing import Any, Dict, Iterator, Mapping, Optional
 
@@ -39,6 +40,14 @@ SLURM_ENV = ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID',
              'SLURM_NODELIST')
 #: torch.distributed's default port, mmengine's default under Slurm
 DEFAULT_PORT = 29500
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on now: the rendezvous
+    port of a one-node launch that must not meet another run's."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
 
 
 def first_slurm_host(nodelist: str) -> str:

@@ -1,6 +1,7 @@
 """The operators against the straightforward CBT decoder, mixed
 precision, linear memory, the measurement helpers and the decoder
 benchmark tool."""
+import functools
 import json
 import math
 import os.path as osp
@@ -10,6 +11,8 @@ import torch
 from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.analysis import memory
+from mmseg_whitebox.analysis.benchmark import (Benchmark, BenchmarkOptions,
+                                               new_row)
 from mmseg_whitebox.analysis.memory import extrapolate_loglog, peak_memory
 from mmseg_whitebox.analysis.report import loglog_slope
 from mmseg_whitebox.analysis.timing import time_interleaved
@@ -175,6 +178,40 @@ def test_time_interleaved_rounds_and_budget():
     assert len(times['slow']) == 1 and len(times['fast']) == 4
 
 
+def test_every_size_is_timed_in_the_same_rounds():
+    """Two models at two sizes: one round calls each model at each size,
+    so a ratio between sizes compares calls timed side by side; a skipped
+    model (no calls) keeps its row, untimed, and stays out of the history
+    its larger sizes are predicted from."""
+    order, history = [], {}
+    bench = Benchmark(columns=[('head', 'head', '{}')], kinds=('fwd', ),
+                      describe=lambda row: row['head'])
+
+    def one(name, model, past):
+        row = new_row(name, size_of[0])
+        if name == 'c':
+            return row, None
+        return row, dict(fwd=lambda: order.append((name, row['size'])))
+
+    def measure(size):
+        size_of[0] = size
+        return bench.measure_size(dict(a=0, b=0, c=0), one, history)
+
+    size_of = [None]
+    rows = bench.measure_sizes(
+        [(4, 4), (2, 2)], measure,
+        BenchmarkOptions(repeats=2, warmup=0, max_seconds=None),
+        torch.device('cpu'))
+    pairs = [('a', '2x2'), ('b', '2x2'), ('a', '4x4'), ('b', '4x4')]
+    # each timed call follows an untimed one of the same pair
+    assert order == [p for _ in range(2) for p in pairs for _ in range(2)]
+    assert [(r['head'], r['size']) for r in rows] == [
+        ('a', '2x2'), ('b', '2x2'), ('c', '2x2'),
+        ('a', '4x4'), ('b', '4x4'), ('c', '4x4')]
+    assert [r.get('fwd_calls') for r in rows] == [2, 2, None, 2, 2, None]
+    assert {k: len(v) for k, v in history.items()} == dict(a=2, b=2, c=0)
+
+
 def test_time_interleaved_settles_each_timed_call():
     order, clock = [], FakeClock()
     fns = dict(a=clock.function('a', 0.0, order),
@@ -192,6 +229,36 @@ def test_time_interleaved_settles_each_timed_call():
                             clock=clock)
     assert slow['s'] == pytest.approx([1.01, 1.01])
     assert order == ['s'] * 4  # warm-up, settle + timed, timed
+
+
+def test_a_frozen_heap_is_left_out_of_collections_until_the_block_ends():
+    """Cyclic garbage made inside the block is still collected; objects
+    alive before it are not scanned, and are collected again after it."""
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    before = Node()
+    before.self = before
+    gone_before = weakref.ref(before)
+    with memory.frozen_heap():
+        assert gc.get_freeze_count() > 0
+        del before  # garbage now, but frozen: not collected
+        gc.collect()
+        assert gone_before() is not None
+        made_inside = cycle()
+        gc.collect()
+        assert made_inside() is None
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert gone_before() is None
 
 
 def test_peak_memory_is_the_rise_of_the_high_water_mark(monkeypatch):
@@ -422,6 +489,39 @@ def test_a_benchmarked_training_step_is_one_optimizer_step():
     # the banded model took the same step (float32 summation order)
     for (name, p), q in zip(model.named_parameters(), banded.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_train_step_benchmark_times_compiled_models_beside_eager(
+        tmp_path, monkeypatch):
+    """``compile``: every model also as ``+compile``, a copy with the same
+    weights whose loss is compiled (as ``compile=True`` trains), timed in
+    the same rounds, its compilation timed apart and its figures as ratios
+    to itself eager. Dynamo's ``eager`` backend stands in for inductor here
+    (the same graphs captured, no code generated: inductor's run is
+    tests/test_compile.py's), so its first loss is eager's, same dropout
+    included."""
+    from mmseg_whitebox.analysis.train_step_benchmark import \
+        run_train_step_benchmark
+    monkeypatch.setattr(torch, 'compile', functools.partial(
+        torch.compile, backend='eager'))
+    out = tmp_path / 'bench'
+    report = run_train_step_benchmark(
+        str(out), ['vit+segmenter'], [(32, 32)], 't', batch=1,
+        options=BenchmarkOptions(repeats=1, warmup=0, max_seconds=None,
+                                 compile=True), threads=1)
+    assert report['compile'] is True
+    rows = {(r['head'], r['size']): r for r in report['results']}
+    assert sorted(rows) == [('vit+segmenter', '32x32'),
+                            ('vit+segmenter+compile', '32x32')]
+    eager = rows[('vit+segmenter', '32x32')]
+    compiled = rows[('vit+segmenter+compile', '32x32')]
+    assert compiled['params'] == eager['params']
+    assert compiled['step_compile_s'] > 0
+    assert 'step_compile_s' not in eager
+    assert compiled['loss'] == pytest.approx(eager['loss'], rel=1e-5)
+    assert compiled['step_ms_vs_eager'] == pytest.approx(
+        compiled['step_ms'] / eager['step_ms'])
+    assert 'x eager' in (out / 'benchmark.md').read_text()
 
 
 def test_decoder_benchmark_times_compiled_heads_beside_eager(tmp_path):

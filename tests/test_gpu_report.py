@@ -9,7 +9,7 @@ from mmseg_whitebox.analysis.benchmark import plan_differences
 from mmseg_whitebox.analysis.gpu_report import (BENCHMARKS, DRY_RUN_PLAN,
                                                 GPU_PLAN, REPORT,
                                                 SIZE_FIELDS, missing_gpu,
-                                                run_gpu_report)
+                                                run_gpu_report, slope_lines)
 
 
 def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
@@ -60,6 +60,23 @@ def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path,
     assert {r['head'] for r in encoders} == set(GPU_PLAN.encoders)
     assert all(r['identical'] for r in
                report['results']['shared_sweep']['results'])
+
+
+def test_the_report_fits_each_heads_slope_per_precision():
+    """The linearity check: cost x4 per token x4 is slope 1, x16 is 2; a
+    head measured at one size has no slope."""
+    rows = [dict(head=head, precision=precision, tokens=tokens,
+                 fwd_ms=tokens ** power)
+            for precision in ('float32', 'bfloat16')
+            for head, power in (('cbsa', 1), ('segmenter', 2))
+            for tokens in (1024, 4096)]
+    rows.append(dict(head='once', precision='float32', tokens=1024,
+                     fwd_ms=1.0))
+    assert slope_lines(rows, 'fwd_ms') == [
+        'Slope of fwd_ms against tokens (log-log; 1 = linear), float32: '
+        'cbsa 1.00, segmenter 2.00.',
+        'Slope of fwd_ms against tokens (log-log; 1 = linear), bfloat16: '
+        'cbsa 1.00, segmenter 2.00.']
 
 
 def test_gpu_sizes_are_refused_on_a_cpu(tmp_path):

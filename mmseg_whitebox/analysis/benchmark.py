@@ -5,10 +5,11 @@ A benchmark declares what differs (a :class:`Benchmark`: its configs, its
 table's columns, its baseline rows, the calls it times) and a function
 that measures one model at one size; the rest is shared: models built
 from configs with random weights (:func:`build_models`), sizes measured
-smallest first (:func:`measure_sizes`), at each size every model measured
-(memory, :mod:`.memory`; a size predicted not to fit skipped) and then
-timed in interleaved rounds (:mod:`.timing`), ratios to the baseline and
-a markdown table (:mod:`.report`). :class:`BenchmarkOptions`
+smallest first, at each size every model measured (memory,
+:mod:`.memory`; a size predicted not to fit skipped), then every model at
+every size timed in one set of interleaved rounds
+(:meth:`Benchmark.measure_sizes`, :mod:`.timing`), ratios to the baseline
+and a markdown table (:mod:`.report`). :class:`BenchmarkOptions`
 and :func:`prepare_run` are the benchmark tools' common options and
 set-up (their flags: ``mmseg_whitebox.cli.options.add_measurement_args``).
 """
@@ -29,10 +30,21 @@ import torch
 
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
-from .memory import available_memory, proc_field
+from .memory import available_memory, frozen_heap, proc_field
 from . import report as reporting
 from .report import Baseline, Column, add_ratios, describe_row, results_table
 from .timing import time_interleaved
+
+
+#: the row name of a model compiled with ``torch.compile`` (``--compile``)
+COMPILED = '{}+compile'
+#: compiled graphs dynamo may keep per function: one per size and mode
+#: (no_grad, training) of every model that shares a forward's code
+RECOMPILE_LIMIT = 256
+
+#: one size's rows, and the calls to time of each row that was not
+#: skipped (:func:`row_key` -> kind -> call)
+SizeRows = Tuple[List[Dict], Dict[str, Dict[str, Callable[[], object]]]]
 
 
 @dataclass
@@ -83,32 +95,53 @@ class Benchmark:
 
     def measure_size(self, models: Dict[str, Any],
                      measure: Callable[[str, Any, List[Dict]], Tuple],
-                     history: Dict[str, List[Dict]],
-                     options: BenchmarkOptions,
-                     device: torch.device) -> List[Dict]:
-        """Every model's row at one size: ``measure(name, model, its rows
-        of the smaller sizes)`` gives ``(row, {kind: call})`` (the calls
-        None when the size was skipped: the row then stays out of
-        ``history``), then the calls of all models are timed in
-        interleaved rounds, kind after kind, into ``row['<kind>_ms']``
-        (the median) and ``row['<kind>_calls']``."""
-        rows, runnable = [], {}
+                     history: Dict[str, List[Dict]]) -> SizeRows:
+        """Every model's row at one size, and the calls to time:
+        ``measure(name, model, its rows of the smaller sizes)`` gives
+        ``(row, {kind: call})`` (the calls None when the size was skipped:
+        the row then stays out of ``history``)."""
+        rows, calls = [], {}
         for name, model in models.items():
             past = history.setdefault(name, [])
-            row, calls = measure(name, model, past)
+            row, row_calls = measure(name, model, past)
             rows.append(row)
-            if calls is not None:
-                runnable[name] = calls
+            if row_calls is not None:
+                calls[row_key(row)] = row_calls
                 past.append(row)
-        for kind in self.kinds:
-            fns = {n: f[kind] for n, f in runnable.items() if kind in f}
-            times = time_interleaved(fns, device, options.repeats,
-                                     options.warmup, options.max_seconds)
-            for row in rows:
-                if row['head'] in times:
-                    t = times[row['head']]
-                    row[f'{kind}_ms'] = 1e3 * median(t)
-                    row[f'{kind}_calls'] = len(t)
+        return rows, calls
+
+    def measure_sizes(self, sizes: Sequence[Tuple[int, int]],
+                      measure: Callable[[Tuple[int, int]], SizeRows],
+                      options: BenchmarkOptions,
+                      device: torch.device) -> List[Dict]:
+        """``measure(size)`` at every size, smallest first (so memory
+        predictions grow from measured sizes), then the calls of every
+        model at every size timed in one set of interleaved rounds, kind
+        after kind, into ``row['<kind>_ms']`` (the median) and
+        ``row['<kind>_calls']``: a ratio between two sizes, like one
+        between two models, compares calls timed side by side, not two
+        phases of the machine. The heap alive before is frozen meanwhile
+        (:func:`.memory.frozen_heap`)."""
+        rows: List[Dict] = []
+        calls: Dict[str, Dict[str, Callable[[], object]]] = {}
+        with frozen_heap():
+            for size in sorted(sizes, key=lambda s: s[0] * s[1]):
+                print(f'== {size[0]}x{size[1]}', flush=True)
+                size_rows, size_calls = measure(size)
+                rows += size_rows
+                calls.update(size_calls)
+            print(f'== timing {len(calls)} model-size pairs side by side',
+                  flush=True)
+            for kind in self.kinds:
+                fns = {key: fn[kind] for key, fn in calls.items()
+                       if kind in fn}
+                times = time_interleaved(fns, device, options.repeats,
+                                         options.warmup, options.max_seconds)
+                for row in rows:
+                    t = times.get(row_key(row))
+                    if t:
+                        row[f'{kind}_ms'] = 1e3 * median(t)
+                        row[f'{kind}_calls'] = len(t)
         for row in rows:
             print('  ' + self.describe(row), flush=True)
         return rows
@@ -122,22 +155,45 @@ class Benchmark:
         return results_table(rows, self.columns, self.notes)
 
     def run(self, out: str, sizes: Sequence[Tuple[int, int]],
-            measure: Callable[[Tuple[int, int]], List[Dict]], setup: Dict,
+            measure: Callable[[Tuple[int, int]], SizeRows],
+            options: BenchmarkOptions, device: torch.device, setup: Dict,
             title: str, slope_keys: Sequence[str] = reporting.SLOPE_KEYS,
             **plot_keys: Sequence[str]) -> Dict:
-        """A whole run after its models are built: ``measure(size)``'s rows
-        for every size (:func:`measure_sizes`), the baselines' ratios, the
+        """A whole run after its models are built: every size measured
+        and timed (:meth:`measure_sizes`), the baselines' ratios, the
         slopes of ``slope_keys``, and
         the report files in ``out`` (:func:`.report.write_report`, titled
         ``title``, curves ``plot_keys``). Returns the report: ``setup``
         (the machine and the settings), ``results`` and ``slopes``."""
-        rows = measure_sizes(sizes, measure)
+        rows = self.measure_sizes(sizes, measure, options, device)
         self.add_ratios(rows)
         report = dict(setup, results=rows,
                       slopes=reporting.slopes(rows, slope_keys))
         reporting.write_report(out, report, self.markdown_table(rows),
                                title, **plot_keys)
         return report
+
+
+def compiled_baselines(names: Sequence[str], keys: Sequence[str]
+                       ) -> Tuple[Baseline, ...]:
+    """Each compiled row's ``keys`` as ratios to the same model eager
+    (``*_vs_eager``)."""
+    return tuple(Baseline(name, tuple(keys), 'eager',
+                          only=COMPILED.format(name)) for name in names)
+
+
+def recompile_limit() -> Any:
+    """Room for every size's and mode's graph (:data:`RECOMPILE_LIMIT`;
+    dynamo would run a function eagerly past its limit)."""
+    import torch._dynamo.config as config
+    key = ('recompile_limit' if hasattr(config, 'recompile_limit') else
+           'cache_size_limit')  # torch < 2.6
+    return config.patch(**{key: RECOMPILE_LIMIT})
+
+
+def row_key(row: Dict) -> str:
+    """A row's model and size: the name its calls are timed under."""
+    return f'{row["head"]} {row["size"]}'
 
 
 def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
@@ -161,19 +217,6 @@ def plan_differences(plan: Any, other: Any) -> List[str]:
     dry run's plan may differ from the GPU's in its sizes only."""
     return [f.name for f in fields(plan)
             if getattr(plan, f.name) != getattr(other, f.name)]
-
-
-def measure_sizes(sizes: Sequence[Tuple[int, int]],
-                  measure: Callable[[Tuple[int, int]], List[Dict]]
-                  ) -> List[Dict]:
-    """``measure(size)``'s rows for every size, smallest first (so a run
-    stopped early has the cheap sizes, and memory predictions grow from
-    measured ones)."""
-    rows: List[Dict] = []
-    for size in sorted(sizes, key=lambda s: s[0] * s[1]):
-        print(f'== {size[0]}x{size[1]}', flush=True)
-        rows += measure(size)
-    return rows
 
 
 def rep_grid_options(model_cfg: Any, rep_grid: Tuple[int, int]

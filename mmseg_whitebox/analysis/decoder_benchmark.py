@@ -26,11 +26,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .benchmark import (Benchmark, BenchmarkOptions, new_row, prepare_run,
-                        project_configs, rep_grid_options, start_report)
+from .benchmark import (COMPILED, Benchmark, BenchmarkOptions, SizeRows,
+                        compiled_baselines, new_row, prepare_run,
+                        project_configs, recompile_limit, rep_grid_options,
+                        start_report)
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
-from .report import Baseline
+from .report import Baseline, compiled_notes
 from .timing import backward_call, inference_call, timed_call
 
 # head name -> config (relative to configs/, {size} = t|s|b|l: the ViT)
@@ -46,11 +48,8 @@ HEAD_CONFIGS = {
 }
 REFERENCE = 'segmenter'
 DEFAULT, STRAIGHTFORWARD = 'cbsa', 'cbsa-straightforward'
-#: the row name of a head compiled with ``torch.compile`` (``--compile``)
-COMPILED = '{}+compile'
-#: compiled graphs dynamo may keep per function: one per size and mode
-#: (no_grad, training) of every head that shares a forward's code
-RECOMPILE_LIMIT = 256
+#: a compiled row's figures, as its notes name them
+COMPILED_LABELS = dict(fwd='fwd', train='fwd+bwd', mem_fwd='fwd memory')
 
 
 # ------------------------------------------------------------ the baselines
@@ -165,21 +164,12 @@ def add_compiled(heads: Dict[str, nn.Module], info: Dict[str, Dict]
     return eager
 
 
-def recompile_limit():
-    """Room for every size's and mode's graph (:data:`RECOMPILE_LIMIT`;
-    dynamo would run a function eagerly past its limit)."""
-    import torch._dynamo.config as config
-    key = ('recompile_limit' if hasattr(config, 'recompile_limit') else
-           'cache_size_limit')  # torch < 2.6
-    return config.patch(**{key: RECOMPILE_LIMIT})
-
-
 
 # ------------------------------------------------------------ measuring
 def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  size: Tuple[int, int], options: BenchmarkOptions,
                  device: torch.device, history: Dict[str, List[Dict]],
-                 memory_limit: Optional[int]) -> List[Dict]:
+                 memory_limit: Optional[int]) -> SizeRows:
     """All measurements of every head at one image size, and the largest
     difference of the ``cbsa`` output from the straightforward one."""
     rows: Dict[str, Dict] = {}
@@ -228,7 +218,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                 diff.abs().max())
         return row, calls
 
-    return BENCHMARK.measure_size(heads, measure, history, options, device)
+    return BENCHMARK.measure_size(heads, measure, history)
 
 
 # ------------------------------------------------------------- reporting
@@ -236,17 +226,7 @@ def straightforward_note(row: Dict) -> List[str]:
     """The ``cbsa`` row's speed and output difference against the
     straightforward listing; a compiled row's compilation time and its
     ratios to the same head eager."""
-    notes = []
-    if 'fwd_compile_s' in row:
-        compiled = [f'compiled in {row["fwd_compile_s"]:.1f} s (fwd)' + (
-            f' + {row["train_compile_s"]:.1f} s (fwd+bwd)'
-            if 'train_compile_s' in row else '')]
-        compiled += [f'{what} {row[f"{key}_vs_eager"]:.3f}x eager'
-                     for key, what in (('fwd_ms', 'fwd'),
-                                       ('train_ms', 'fwd+bwd'),
-                                       ('mem_fwd', 'fwd memory'))
-                     if f'{key}_vs_eager' in row]
-        notes.append('; '.join(compiled))
+    notes = compiled_notes(row, COMPILED_LABELS)
     if 'fwd_ms_vs_straightforward' in row:
         notes.append(f'fwd {row["fwd_ms_vs_straightforward"]:.3f}x '
                      'straightforward')
@@ -303,12 +283,10 @@ def run_decoder_benchmark(out: str,
     benchmark = BENCHMARK
     if options.compile:
         # every compiled head's ratios to itself eager
-        benchmark = dataclasses.replace(BENCHMARK, baselines=tuple(
-            BENCHMARK.baselines) + tuple(
-                Baseline(name, ('fwd_ms', 'train_ms', 'mem_fwd',
-                                'mem_train'), 'eager',
-                         only=COMPILED.format(name))
-                for name in add_compiled(built, info)))
+        benchmark = dataclasses.replace(
+            BENCHMARK, baselines=tuple(BENCHMARK.baselines)
+            + compiled_baselines(add_compiled(built, info), (
+                'fwd_ms', 'train_ms', 'mem_fwd', 'mem_train')))
     with start_report(out, torch_device, f'ViT-{encoder} features',
                       options.amp) as facts, recompile_limit() \
             if options.compile else contextlib.nullcontext():
@@ -316,7 +294,7 @@ def run_decoder_benchmark(out: str,
         return benchmark.run(
             out, sizes, lambda size: measure_size(
                 built, info, size, options, torch_device, history,
-                memory_limit),
+                memory_limit), options, torch_device,
             dict(machine=facts, encoder=encoder, amp=options.amp,
                  compile=options.compile, heads=info),
             f'decoders on ViT-{encoder} features')

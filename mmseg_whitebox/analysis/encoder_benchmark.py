@@ -18,8 +18,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
-                        prepare_run, project_configs, start_report)
+from .benchmark import (Benchmark, BenchmarkOptions, SizeRows, build_models,
+                        new_row, prepare_run, project_configs, start_report)
 from .complexity import flop_analyzer
 from .memory import peak_memory, skipped
 from .report import Baseline, describe_row
@@ -68,7 +68,7 @@ def complexity(module: nn.Module, image: torch.Tensor) -> Tuple[int, int]:
 def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
                  options: BenchmarkOptions, device: torch.device,
                  history: Dict[str, List[Dict]],
-                 memory_limit: Optional[int], flops: bool) -> List[Dict]:
+                 memory_limit: Optional[int], flops: bool) -> SizeRows:
     """All measurements of every encoder at one image size."""
     gen = torch.Generator().manual_seed(options.seed)
     image = torch.randn(1, 3, *size, generator=gen).to(device)
@@ -100,7 +100,7 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
                 p.numel() for p in model.backbone.parameters())
         return row, calls
 
-    return BENCHMARK.measure_size(models, measure, history, options, device)
+    return BENCHMARK.measure_size(models, measure, history)
 
 
 #: the measurements, per row: ``<scope>_<what>`` with scope ``enc``
@@ -166,6 +166,7 @@ def run_encoder_benchmark(out: str,
             out, sizes, lambda image_size: measure_size(
                 models, image_size, options, torch_device, history,
                 memory_limit, image_size in flops_sizes),
+            options, torch_device,
             dict(machine=facts, size=size, amp=options.amp),
             f'encoders ({size.upper()})', SLOPE_KEYS,
             latency=('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms'),

@@ -32,9 +32,9 @@ from mmseg_whitebox.utils.atomic import write_json, write_text
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
-from .benchmark import (Benchmark, BenchmarkOptions, machine, measure_sizes,
-                        missing_gpu_line, prepare_run,
-                        rep_grid_options)
+from .benchmark import (Benchmark, BenchmarkOptions, machine,
+                        missing_gpu_line, prepare_run, rep_grid_options)
+from .report import slopes
 from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
                                        run_shared_encoder_benchmark)
@@ -158,16 +158,18 @@ def _with_precision(rows: List[Dict], amp: Optional[str]) -> List[Dict]:
 
 
 def _in_both_precisions(sizes: Sequence, timing: BenchmarkOptions,
-                        measure: Callable, bench: Benchmark) -> List[Dict]:
-    """``measure(size, options, history)`` at every size, in float32 and then
-    bfloat16 (each with its own ratios), the rows marked with their
-    precision."""
+                        measure: Callable, bench: Benchmark,
+                        device: torch.device) -> List[Dict]:
+    """``measure(size, options, history)`` at every size (all sizes timed
+    side by side), in float32 and then bfloat16 (each with its own
+    ratios), the rows marked with their precision."""
     rows: List[Dict] = []
     for amp in PRECISIONS:
         options = BenchmarkOptions(**dict(vars(timing), amp=amp))
         history: Dict = {}
-        done = measure_sizes(sizes,
-                             lambda size: measure(size, options, history))
+        done = bench.measure_sizes(
+            sizes, lambda size: measure(size, options, history), options,
+            device)
         bench.add_ratios(done)
         rows += _with_precision(done, amp)
     return rows
@@ -182,7 +184,7 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
         plan.decoder_sizes, plan.decoder_timing,
         lambda size, options, history: decoder_benchmark.measure_size(
             heads, info, size, options, device, history, limit),
-        decoder_benchmark.BENCHMARK)
+        decoder_benchmark.BENCHMARK, device)
 
 
 def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
@@ -194,7 +196,7 @@ def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
         plan.encoder_sizes, plan.encoder_timing,
         lambda size, options, history: encoder_benchmark.measure_size(
             models, size, options, device, history, limit, False),
-        encoder_benchmark.BENCHMARK)
+        encoder_benchmark.BENCHMARK, device)
 
 
 def _train_step(plan: ReportPlan, device: torch.device,
@@ -207,7 +209,7 @@ def _train_step(plan: ReportPlan, device: torch.device,
         lambda size, options, history: train_step_benchmark.measure_size(
             models, size, plan.train_batch, options, device, history,
             limit),
-        train_step_benchmark.BENCHMARK)
+        train_step_benchmark.BENCHMARK, device)
 
 
 def _shared_sweep(plan: ReportPlan, device: torch.device,
@@ -258,6 +260,28 @@ BENCHMARKS: Dict[str, Tuple[str, Callable, Benchmark]] = {
 }
 
 
+#: the linearity check: per benchmark, the figure whose log-log slope
+#: against tokens the report fits for every model and precision (1: cost
+#: linear in the number of tokens; attention over all pairs tends to 2)
+SLOPE_OF = {'decoders': 'fwd_ms'}
+
+
+def slope_lines(rows: List[Dict], key: str) -> List[str]:
+    """Per precision, every model's fitted slope of ``key`` against
+    tokens (models measured at fewer than two sizes left out)."""
+    lines = []
+    for precision in dict.fromkeys(r['precision'] for r in rows):
+        fits = slopes([r for r in rows if r['precision'] == precision],
+                      (key, ))
+        if fits:
+            lines.append(
+                f'Slope of {key} against tokens (log-log; 1 = linear), '
+                f'{precision}: ' + ', '.join(
+                    f'{head} {fit[key]:.2f}' for head, fit in fits.items())
+                + '.')
+    return lines
+
+
 def report_markdown(facts: Dict, plan: ReportPlan,
                     results: Dict[str, Dict]) -> str:
     """The report: a header naming the device, torch and date, then per
@@ -275,6 +299,9 @@ def report_markdown(facts: Dict, plan: ReportPlan,
             lines += [f'Not measured: {done["error"]}', '']
             continue
         lines += [table.markdown_table(done['results']), '']
+        if name in SLOPE_OF:
+            fits = slope_lines(done['results'], SLOPE_OF[name])
+            lines += fits + [''] if fits else []
     return '\n'.join(lines)
 
 

@@ -64,6 +64,28 @@ def ratio_lines(rows: List[Dict], reference: str, time_key: str,
     return lines
 
 
+def compiled_notes(row: Dict, labels: Dict[str, str]) -> List[str]:
+    """A compiled row's note: the compilation (the first call of each
+    timed kind, timed apart) and its figures as ratios to the same model
+    eager; none for another row. ``labels``: a timed kind (``fwd``, its
+    figure ``fwd_ms``) or a memory figure (``mem_fwd``) -> its name."""
+    times = [f'{row[f"{key}_compile_s"]:.1f} s ({label})'
+             for key, label in labels.items() if f'{key}_compile_s' in row]
+    if not times:
+        return []
+    ratios = [f'{label} {row[ratio]:.3f}x eager'
+              for key, label in labels.items()
+              for ratio in [f'{key}_vs_eager' if key.startswith('mem_')
+                            else f'{key}_ms_vs_eager'] if ratio in row]
+    return ['; '.join(['compiled in ' + ' + '.join(times)] + ratios)]
+
+
+def compiled_lines(rows: List[Dict], labels: Dict[str, str]) -> List[str]:
+    """One line per compiled row: its model, size and note."""
+    return [f'  {r["head"]:<22} {r["size"]:>9}: {note}'
+            for r in rows for note in compiled_notes(r, labels)]
+
+
 def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of ``log y`` against ``log x`` (needs two
     distinct positive ``x``)."""

@@ -18,17 +18,23 @@ rise of the resident-set high-water mark on a CPU
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import os.path as osp
+import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json
-from .benchmark import (Benchmark, BenchmarkOptions, build_models, new_row,
-                        prepare_run, project_configs, start_report)
+from .benchmark import (COMPILED, Benchmark, BenchmarkOptions, SizeRows,
+                        build_models, compiled_baselines, new_row,
+                        prepare_run, project_configs, recompile_limit,
+                        start_report)
 from .memory import peak_memory, skipped
-from .report import Baseline
+from .report import Baseline, compiled_notes
 from .timing import autocast
 
 # model name -> config (relative to configs/, {size} = t|s|b)
@@ -46,12 +52,15 @@ DEFAULT_MODELS = ('vit+segmenter', 'vit+cbsa', 'cbt+cbsa', 'crate+cbsa',
 REFERENCE = 'vit+segmenter'
 #: the name of a model's row with the banded loss: model name + this
 BANDED = ' banded'
+#: a compiled row's figures, as its notes name them
+COMPILED_LABELS = dict(step='step', mem_step='step memory')
 
 
 def build_trainable(names: List[str], size: str, device: torch.device,
                     seed: int, config_root: str, with_cp: bool = False,
                     loss_band_rows: Optional[int] = None,
-                    rep_grid: Optional[Tuple[int, int]] = None
+                    rep_grid: Optional[Tuple[int, int]] = None,
+                    compiled: bool = False
                     ) -> Dict[str, Tuple[nn.Module, object]]:
     """``name: (segmentor, optim_wrapper)``, random weights, the optimizer
     and its parameter-wise settings from each config's ``optim_wrapper``;
@@ -60,7 +69,11 @@ def build_trainable(names: List[str], size: str, device: torch.device,
     activations. With ``loss_band_rows`` each model is followed by
     ``name + BANDED``: the same weights in a ``BandedLossEncoderDecoder``
     with bands of that many label rows. ``rep_grid``: CBSA's grid of
-    representatives, if not the configs'."""
+    representatives, if not the configs'. With ``compiled`` each model
+    is followed by ``name + '+compile'``: a copy of it (the same weights,
+    an optimizer of its own) with its loss compiled as ``compile=True``
+    compiles it in training (:func:`~mmseg_whitebox.engine.hooks.
+    compile_hook.compile_segmentor`, static shapes: a graph per size)."""
     from mmengine.optim import build_optim_wrapper
     options = {'model.backbone.with_cp': True} if with_cp else {}
     configs = {n: BENCHMARK.config(n, size, config_root) for n in names}
@@ -72,6 +85,15 @@ def build_trainable(names: List[str], size: str, device: torch.device,
             rep_grid)
         built = {key: model for name in names for key, model in
                  ((name, built[name]), (name + BANDED, banded[name]))}
+    if compiled:
+        from mmseg_whitebox.engine.hooks.compile_hook import \
+            compile_segmentor
+        eager, built = built, {}
+        for name, model in eager.items():
+            built[name] = model
+            built[COMPILED.format(name)] = copy.deepcopy(model)
+            compile_segmentor(built[COMPILED.format(name)],
+                              dict(dynamic=False))
     return {name: (model, build_optim_wrapper(model, model.cfg.optim_wrapper))
             for name, model in built.items()}
 
@@ -122,7 +144,7 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
                  size: Tuple[int, int], batch: int,
                  options: BenchmarkOptions, device: torch.device,
                  history: Dict[str, List[Dict]],
-                 memory_limit: Optional[int]) -> List[Dict]:
+                 memory_limit: Optional[int]) -> SizeRows:
     """Time and peak memory of one training step of every model at one
     crop size (a model predicted to need more than ``memory_limit`` bytes
     from its smaller sizes is skipped)."""
@@ -144,12 +166,15 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
         # with the same weights (a model and its banded-loss row) draw the
         # same dropout and report the same first loss
         torch.manual_seed(options.seed)
-        row['loss'] = step()
+        start = time.perf_counter()
+        row['loss'] = step()  # a float: the step has finished
+        if name.endswith(COMPILED.format('')):  # the first call compiles
+            row['step_compile_s'] = time.perf_counter() - start
         row['mem_step'], _ = peak_memory(step, device)
         row['params'] = sum(p.numel() for p in model.parameters())
         return row, dict(step=step)
 
-    return BENCHMARK.measure_size(models, measure, history, options, device)
+    return BENCHMARK.measure_size(models, measure, history)
 
 
 def describe(row: Dict) -> str:
@@ -173,7 +198,8 @@ BENCHMARK = Benchmark(
     baselines=(Baseline(REFERENCE, ('step_ms', 'mem_step'), 'ref'), ),
     kinds=('step', ), configs=TRAIN_CONFIGS,
     what='model {name!r} of size {size!r}',
-    remedy='choose another size or leave that model out', describe=describe)
+    remedy='choose another size or leave that model out', describe=describe,
+    notes=lambda row: compiled_notes(row, COMPILED_LABELS))
 
 
 # ------------------------------------------------------------------- a run
@@ -204,27 +230,36 @@ def run_train_step_benchmark(out: str,
     built = build_trainable(list(models), size, torch_device,
                             options.seed,
                             config_root or project_configs(), with_cp,
-                            banded_loss)
+                            banded_loss, compiled=options.compile)
+    benchmark = BENCHMARK
+    if options.compile:  # every compiled model's ratios to itself eager
+        benchmark = dataclasses.replace(
+            BENCHMARK, baselines=tuple(BENCHMARK.baselines)
+            + compiled_baselines([n for n in built if not n.endswith(
+                COMPILED.format(''))], ('step_ms', 'mem_step')))
     with start_report(
         out, torch_device, f'size {size.upper()}, batch {batch}'
         + (', with_cp' if with_cp else '')
         + (f', banded loss {banded_loss} rows' if banded_loss else ''),
-        options.amp) as facts:
+        options.amp) as facts, (recompile_limit() if options.compile
+                                else contextlib.nullcontext()):
         setup = dict(machine=facts, size=size, batch=batch, with_cp=with_cp,
-                     banded_loss=banded_loss, amp=options.amp)
+                     banded_loss=banded_loss, amp=options.amp,
+                     compile=options.compile)
         history: Dict[str, List[Dict]] = {}
         done: List[Dict] = []
 
         def measure(crop):
-            rows = measure_size(built, crop, batch, options, torch_device,
-                                history, memory_limit)
-            done.extend(rows)  # kept if a larger size exhausts the memory
+            rows, calls = measure_size(built, crop, batch, options,
+                                       torch_device, history, memory_limit)
+            # the memory figures kept if a larger size exhausts the memory
+            done.extend(rows)
             write_json(osp.join(out, 'benchmark.json'),
                        dict(setup, results=done, partial=True))
-            return rows
+            return rows, calls
 
-        return BENCHMARK.run(
-            out, sizes, measure, setup,
+        return benchmark.run(
+            out, sizes, measure, options, torch_device, setup,
             f'training step ({size.upper()}, batch {batch})',
             ('step_ms', 'mem_step'), latency=('step_ms', ),
             memory=('mem_step', ))

@@ -288,6 +288,15 @@ def add_amp_args(parser: argparse.ArgumentParser, what: str) -> None:
         'or bfloat16')
 
 
+def add_compile_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--compile`` (a switch): ``what`` also compiled and timed beside
+    eager."""
+    parser.add_argument(
+        '--compile', action='store_true',
+        help=f'also time every {what} compiled (torch.compile, a graph per '
+        'size), side by side with eager; the compilation is timed apart')
+
+
 def amp_dtype(args: argparse.Namespace) -> Optional[str]:
     """The autocast dtype ``--amp`` / ``--amp-dtype`` ask for: None (no
     autocast), ``'float16'`` or ``'bfloat16'``."""

@@ -34,10 +34,12 @@ from typing import Dict, List
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.analysis import decoder_benchmark as bench
+from mmseg_whitebox.analysis.report import compiled_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
-from mmseg_whitebox.cli.options import (add_arch_arg, add_measurement_args,
-                                        add_out_arg, add_shapes_arg,
-                                        amp_dtype, check_measurement_args)
+from mmseg_whitebox.cli.options import (add_arch_arg, add_compile_arg,
+                                        add_measurement_args, add_out_arg,
+                                        add_shapes_arg, amp_dtype,
+                                        check_measurement_args)
 
 DEFAULT_SIZES = ('512', '768', '1024', '1536', '2048', '512x1024')
 
@@ -52,9 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_measurement_args(p, 'heads', repeats=10, warmup=2, max_seconds=30.0)
     p.add_argument('--no-flops', action='store_true',
                    help='skip the FLOP counts')
-    p.add_argument('--compile', action='store_true',
-                   help='also time every head compiled (torch.compile), '
-                   'side by side with eager')
+    add_compile_arg(p, 'head')
     add_out_arg(p, 'output folder (default: work_dirs/benchmark_decoders)',
                 default='work_dirs/benchmark_decoders')
     args = p.parse_args(argv)
@@ -63,17 +63,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def print_compiled(rows: List[Dict]) -> None:
-    compiled = [r for r in rows if 'fwd_ms_vs_eager' in r]
-    if compiled:
+    lines = compiled_lines(rows, bench.COMPILED_LABELS)
+    if lines:
         print('\ncompiled / eager (same head, same size):')
-    for r in compiled:
-        train = r.get('train_ms_vs_eager')
-        print(f'  {r["head"]:<22} {r["size"]:>9}: fwd '
-              f'{r["fwd_ms_vs_eager"]:.3f}' + (
-                  f', fwd+bwd {train:.3f}' if train else '') +
-              f'  (compiled in {r["fwd_compile_s"]:.1f} s' + (
-                  f' + {r["train_compile_s"]:.1f} s' if
-                  'train_compile_s' in r else '') + ')')
+        print('\n'.join(lines))
 
 
 def print_summary(rows: List[Dict], fits: Dict) -> None:

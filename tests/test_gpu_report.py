@@ -79,6 +79,33 @@ def test_the_report_fits_each_heads_slope_per_precision():
         'cbsa 1.00, segmenter 2.00.']
 
 
+def test_compiled_heads_are_timed_beside_themselves_eager(monkeypatch):
+    """The GPU plan's compiled decoder rows, through the report's own path
+    on one head at the dry run's size; dynamo's ``eager`` backend stands in
+    for inductor (the same graphs, no code generated)."""
+    import functools
+    from dataclasses import replace
+    from mmseg_whitebox.analysis.benchmark import project_configs
+    from mmseg_whitebox.analysis.gpu_report import _decoders
+    monkeypatch.setattr(torch, 'compile', functools.partial(
+        torch.compile, backend='eager'))
+    plan = replace(DRY_RUN_PLAN, decoder_heads=('segmenter', ),
+                   decoder_compiled=('segmenter', ))
+    assert 'segmenter' in GPU_PLAN.decoder_compiled
+    rows = {(r['head'], r['precision']): r for r in _decoders(
+        plan, torch.device('cpu'), None, project_configs())}
+    assert sorted(rows) == [(head, precision)
+                            for head in ('segmenter', 'segmenter+compile')
+                            for precision in ('bfloat16', 'float32')]
+    for precision in ('float32', 'bfloat16'):
+        eager = rows[('segmenter', precision)]
+        compiled = rows[('segmenter+compile', precision)]
+        assert compiled['fwd_compile_s'] > 0
+        assert compiled['train_compile_s'] > 0
+        assert compiled['fwd_ms_vs_eager'] == pytest.approx(
+            compiled['fwd_ms'] / eager['fwd_ms'])
+
+
 def test_gpu_sizes_are_refused_on_a_cpu(tmp_path):
     with pytest.raises(ValueError, match='would take hours'):
         run_gpu_report(str(tmp_path / 'x'), device='cpu')

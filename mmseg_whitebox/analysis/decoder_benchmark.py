@@ -151,12 +151,13 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
     return heads, info
 
 
-def add_compiled(heads: Dict[str, nn.Module], info: Dict[str, Dict]
-                 ) -> List[str]:
-    """Each head also compiled (``torch.compile``, static shapes: a graph
-    per size, as a fixed-size deployment runs), the same module and
-    parameters, as ``<name>+compile``; returns the eager names."""
-    eager = list(heads)
+def add_compiled(heads: Dict[str, nn.Module], info: Dict[str, Dict],
+                 names: Optional[Sequence[str]] = None) -> List[str]:
+    """Each head of ``names`` (default: all) also compiled
+    (``torch.compile``, static shapes: a graph per size, as a fixed-size
+    deployment runs), the same module and parameters, as
+    ``<name>+compile``; returns the names compiled."""
+    eager = list(heads if names is None else names)
     for name in eager:
         heads[COMPILED.format(name)] = torch.compile(heads[name],
                                                      dynamic=False)

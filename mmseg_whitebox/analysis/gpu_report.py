@@ -32,8 +32,9 @@ from mmseg_whitebox.utils.atomic import write_json, write_text
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
-from .benchmark import (Benchmark, BenchmarkOptions, machine,
-                        missing_gpu_line, prepare_run, rep_grid_options)
+from .benchmark import (Benchmark, BenchmarkOptions, compiled_baselines,
+                        machine, missing_gpu_line, prepare_run,
+                        recompile_limit, rep_grid_options)
 from .report import slopes
 from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
@@ -70,18 +71,23 @@ class ReportPlan:
     sweep_cfg_options: Optional[Dict] = None
     #: CBSA's grid of representatives in every model (None: each config's)
     rep_grid: Optional[Tuple[int, int]] = None
+    #: decode heads also timed compiled (``torch.compile``, inductor, a
+    #: graph per size and precision), beside themselves eager
+    decoder_compiled: Sequence[str] = ()
     sizes_note: str = field(default='')
 
 
 #: the plan's fields a dry run may shrink: sizes (of the inputs, and the
 #: model size of the encoders and training-step models), CBSA's grid of
-#: representatives and timing budgets; the models, heads, banded-loss rows
-#: and configs are the GPU's
+#: representatives, timing budgets and the compiled heads (inductor's
+#: compilations, per size and precision, would take the CPU minutes; the
+#: compiled rows' path is tests/test_gpu_report.py's with dynamo's eager
+#: backend); the models, heads, banded-loss rows and configs are the GPU's
 SIZE_FIELDS = ('decoder_sizes', 'decoder_timing', 'encoder_size',
                'encoder_sizes', 'encoder_timing', 'train_size',
                'train_sizes', 'train_batch', 'train_timing', 'sweep_images',
                'sweep_image_size', 'sweep_settings', 'sweep_cfg_options',
-               'rep_grid', 'sizes_note')
+               'rep_grid', 'decoder_compiled', 'sizes_note')
 
 
 def _squares(*sides: int) -> List[Tuple[int, int]]:
@@ -109,6 +115,7 @@ GPU_PLAN = ReportPlan(
                                   flops=False),
     sweep_config='cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py',
     sweep_images=4, sweep_image_size=(512, 683), sweep_settings=20,
+    decoder_compiled=('segmenter', 'cbsa'),
     sizes_note=('decode heads: images of 512 to 4096 pixels square (1,024 '
                 'to 65,536 tokens of the ViT-S grid); encoders and training '
                 'step: crops of 512 to 2048 pixels square; sweep: 4 images '
@@ -129,7 +136,7 @@ DRY_RUN_PLAN = replace(
     GPU_PLAN, decoder_sizes=_squares(64), decoder_timing=_ONCE,
     encoder_size='t', encoder_sizes=_squares(64), encoder_timing=_ONCE,
     train_size='t', train_sizes=_squares(64), train_timing=_ONCE,
-    rep_grid=(2, 2),
+    rep_grid=(2, 2), decoder_compiled=(),
     sweep_images=1, sweep_image_size=(64, 64), sweep_settings=2,
     sweep_cfg_options={
         'test_dataloader.dataset.pipeline.1.scale': (256, 64),
@@ -138,7 +145,8 @@ DRY_RUN_PLAN = replace(
         'model.data_preprocessor.test_short_side': 64},
     sizes_note=('dry run on the CPU: the GPU plan at 64x64, encoders and '
                 'training step at ViT-T size, CBSA representatives 2x2, '
-                'timed once; sweep: one 64x64 image, 2 settings'))
+                'timed once, nothing compiled; sweep: one 64x64 image, 2 '
+                'settings'))
 
 
 def missing_gpu(device: str) -> Optional[str]:
@@ -180,11 +188,19 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
     heads, info = decoder_benchmark.build_heads(
         list(plan.decoder_heads), plan.decoder_encoder, device, 0,
         config_root, plan.rep_grid)
-    return _in_both_precisions(
-        plan.decoder_sizes, plan.decoder_timing,
-        lambda size, options, history: decoder_benchmark.measure_size(
-            heads, info, size, options, device, history, limit),
-        decoder_benchmark.BENCHMARK, device)
+    bench = decoder_benchmark.BENCHMARK
+    if plan.decoder_compiled:
+        bench = replace(bench, baselines=tuple(bench.baselines)
+                        + compiled_baselines(decoder_benchmark.add_compiled(
+                            heads, info, plan.decoder_compiled), (
+                                'fwd_ms', 'train_ms', 'mem_fwd',
+                                'mem_train')))
+    with recompile_limit():
+        return _in_both_precisions(
+            plan.decoder_sizes, plan.decoder_timing,
+            lambda size, options, history: decoder_benchmark.measure_size(
+                heads, info, size, options, device, history, limit),
+            bench, device)
 
 
 def _encoders(plan: ReportPlan, device: torch.device, limit: Optional[int],

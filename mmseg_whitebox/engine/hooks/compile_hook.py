@@ -16,12 +16,16 @@ data preprocessing and the optimizer step stay eager; the forward and
 backward passes are compiled. A perturbation of the noise sweep changes
 the weights in place, never their shapes: the sweep compiles once.
 
-The models trace whole (``tests/test_compile.py``); the loss breaks only
-in mmseg's ``accuracy``, which its decode heads log beside the loss: it
-indexes the pixels that are not ignored (a data-dependent shape). Dynamo's
-``capture_dynamic_output_shape_ops`` would capture it, but inductor then
-fails on that graph (torch 2.13: ``AssertionError: u6 -> u0`` in
-``aten.index``), so it stays a break (docs/compile.md).
+The models trace whole (``tests/test_compile.py``). The published
+configs' loss (``CrossEntropyLoss(avg_non_ignore=True)``, the released
+mean over the pixels that are not ignored) counts those pixels with
+``.item()``, which breaks the graph unless dynamo captures the scalar:
+the compiled calls run with :data:`DYNAMO_OPTIONS`. The loss then breaks
+only in mmseg's ``accuracy``, which its decode heads log beside the loss:
+it indexes the pixels that are not ignored (a data-dependent shape).
+Dynamo's ``capture_dynamic_output_shape_ops`` would capture it, but
+inductor then fails on that graph (torch 2.13: ``AssertionError: u6 ->
+u0`` in ``aten.index``), so it stays a break (docs/compile.md).
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ from mmseg.registry import HOOKS
 
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
+#: dynamo's settings while a compiled method traces: the loss's count of
+#: non-ignored pixels (``.item()``) captured, not a graph break
+DYNAMO_OPTIONS = dict(capture_scalar_outputs=True)
 
 
 def compile_options(compile_cfg: Any) -> Dict[str, Any]:
@@ -45,12 +52,14 @@ def compile_options(compile_cfg: Any) -> Dict[str, Any]:
 
 def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
     """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
-    from DDP first)."""
+    from DDP first), each traced with :data:`DYNAMO_OPTIONS`."""
+    import torch._dynamo.config as dynamo_config
     if is_model_wrapper(model):
         model = model.module
     options = compile_options(compile_cfg)
     for name in COMPILED_METHODS:
-        setattr(model, name, torch.compile(getattr(model, name), **options))
+        compiled = torch.compile(getattr(model, name), **options)
+        setattr(model, name, dynamo_config.patch(**DYNAMO_OPTIONS)(compiled))
 
 
 @HOOKS.register_module()

@@ -45,9 +45,12 @@ SIZE = 64
 MMSEG_ACCURACY = osp.join('mmseg', 'models', 'losses', 'accuracy.py')
 #: torch 2.1's dynamo cannot trace ``inspect.getfullargspec``, which
 #: mmengine's ``deprecated_api_warning`` calls around mmcv's
-#: ``MultiheadAttention`` (mmseg's ViT encoder); later torch traces it
-TORCH_BREAKS = () if hasattr(torch, 'get_autocast_dtype') else (
-    'getfullargspec',)
+#: ``MultiheadAttention`` (mmseg's ViT encoder), and its inductor cannot
+#: compile the loss's captured pixel count (``DYNAMO_OPTIONS`` is empty
+#: there: the count's ``.item()`` in mmseg's cross-entropy breaks); later
+#: torch traces both
+TORCH_BREAKS = () if DYNAMO_OPTIONS else (
+    'getfullargspec', osp.join('losses', 'cross_entropy_loss.py'))
 
 
 def build_segmentor(name: str) -> torch.nn.Module:

@@ -20,7 +20,7 @@ The models trace whole (``tests/test_compile.py``). The published
 configs' loss (``CrossEntropyLoss(avg_non_ignore=True)``, the released
 mean over the pixels that are not ignored) counts those pixels with
 ``.item()``, which breaks the graph unless dynamo captures the scalar:
-the compiled calls run with :data:`DYNAMO_OPTIONS`. The loss then breaks
+the compiled calls run with :data:`DYNAMO_OPTIONS` (not on torch 2.1). The loss then breaks
 only in mmseg's ``accuracy``, which its decode heads log beside the loss:
 it indexes the pixels that are not ignored (a data-dependent shape).
 Dynamo's ``capture_dynamic_output_shape_ops`` would capture it, but
@@ -40,8 +40,13 @@ from mmseg.registry import HOOKS
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
 #: dynamo's settings while a compiled method traces: the loss's count of
-#: non-ignored pixels (``.item()``) captured, not a graph break
-DYNAMO_OPTIONS = dict(capture_scalar_outputs=True)
+#: non-ignored pixels (``.item()``) captured, not a graph break. Not on
+#: torch 2.1 (the legacy stack), whose inductor cannot compile a captured
+#: scalar (C++ error: "'i3' was not declared"): there the count stays a
+#: break. Checked on 2.1 and 2.13; the versions between are taken as the
+#: newer, from 2.4 (the first with ``torch.get_autocast_dtype``)
+DYNAMO_OPTIONS = (dict(capture_scalar_outputs=True)
+                  if hasattr(torch, 'get_autocast_dtype') else {})
 
 
 def compile_options(compile_cfg: Any) -> Dict[str, Any]:

@@ -165,7 +165,6 @@ def add_compiled(heads: Dict[str, nn.Module], info: Dict[str, Dict],
     return eager
 
 
-
 # ------------------------------------------------------------ measuring
 def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  size: Tuple[int, int], options: BenchmarkOptions,

@@ -6,7 +6,7 @@
 #   make test     the whole pytest suite (TEST_WORKERS=2 processes)
 #   make test-core  the tests that touch torch's and mmengine's API
 #                 (CORE_TESTS: ops, models, checkpoints, training,
-#                 distributed); CI runs them on the second and third stacks
+#                 distributed, compile); CI runs them on the second and third stacks
 #   make mmseg-tests  mmseg's own unit tests with this package imported
 #
 # STACK picks the OpenMMLab stack, each in its own venv with its own pins:

@@ -1,5 +1,6 @@
 """Shared fixtures. Importing mmseg_whitebox first applies the compat layer
 and registers every module, as the tools do."""
+import functools
 import os
 
 import pytest
@@ -24,6 +25,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def eager_compile(monkeypatch):
+    """``torch.compile`` with dynamo's ``eager`` backend inside the test:
+    the same graphs captured, no code generated (inductor's runs are
+    tests/test_compile.py's)."""
+    monkeypatch.setattr(torch, 'compile', functools.partial(
+        torch.compile, backend='eager'))
 
 
 @pytest.fixture(scope='session')

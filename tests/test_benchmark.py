@@ -1,7 +1,6 @@
 """The operators against the straightforward CBT decoder, mixed
 precision, linear memory, the measurement helpers and the decoder
 benchmark tool."""
-import functools
 import json
 import math
 import os.path as osp
@@ -492,7 +491,7 @@ def test_a_benchmarked_training_step_is_one_optimizer_step():
 
 
 def test_train_step_benchmark_times_compiled_models_beside_eager(
-        tmp_path, monkeypatch):
+        tmp_path, eager_compile):
     """``compile``: every model also as ``+compile``, a copy with the same
     weights whose loss is compiled (as ``compile=True`` trains), timed in
     the same rounds, its compilation timed apart and its figures as ratios
@@ -502,8 +501,6 @@ def test_train_step_benchmark_times_compiled_models_beside_eager(
     included."""
     from mmseg_whitebox.analysis.train_step_benchmark import \
         run_train_step_benchmark
-    monkeypatch.setattr(torch, 'compile', functools.partial(
-        torch.compile, backend='eager'))
     out = tmp_path / 'bench'
     report = run_train_step_benchmark(
         str(out), ['vit+segmenter'], [(32, 32)], 't', batch=1,

@@ -79,16 +79,13 @@ def test_the_report_fits_each_heads_slope_per_precision():
         'cbsa 1.00, segmenter 2.00.']
 
 
-def test_compiled_heads_are_timed_beside_themselves_eager(monkeypatch):
+def test_compiled_heads_are_timed_beside_themselves_eager(eager_compile):
     """The GPU plan's compiled decoder rows, through the report's own path
     on one head at the dry run's size; dynamo's ``eager`` backend stands in
     for inductor (the same graphs, no code generated)."""
-    import functools
     from dataclasses import replace
     from mmseg_whitebox.analysis.benchmark import project_configs
     from mmseg_whitebox.analysis.gpu_report import _decoders
-    monkeypatch.setattr(torch, 'compile', functools.partial(
-        torch.compile, backend='eager'))
     plan = replace(DRY_RUN_PLAN, decoder_heads=('segmenter', ),
                    decoder_compiled=('segmenter', ))
     assert 'segmenter' in GPU_PLAN.decoder_compiled

@@ -21,7 +21,7 @@ import glob
 import os
 import os.path as osp
 import platform
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from statistics import median
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
@@ -146,6 +146,15 @@ class Benchmark:
             print('  ' + self.describe(row), flush=True)
         return rows
 
+    def with_compiled(self, names: Sequence[str],
+                      keys: Sequence[str]) -> 'Benchmark':
+        """This benchmark with each compiled row of ``names`` also given
+        its ``keys`` as ratios to the same model eager (``*_vs_eager``)."""
+        compiled = tuple(Baseline(name, tuple(keys), 'eager',
+                                  only=COMPILED.format(name))
+                         for name in names)
+        return replace(self, baselines=tuple(self.baselines) + compiled)
+
     def add_ratios(self, rows: List[Dict]) -> None:
         """Every baseline's ratios, per size (:func:`.report.add_ratios`)."""
         for baseline in self.baselines:
@@ -174,12 +183,9 @@ class Benchmark:
         return report
 
 
-def compiled_baselines(names: Sequence[str], keys: Sequence[str]
-                       ) -> Tuple[Baseline, ...]:
-    """Each compiled row's ``keys`` as ratios to the same model eager
-    (``*_vs_eager``)."""
-    return tuple(Baseline(name, tuple(keys), 'eager',
-                          only=COMPILED.format(name)) for name in names)
+def is_compiled(name: str) -> bool:
+    """Whether row ``name`` is a compiled model's (:data:`COMPILED`)."""
+    return name.endswith(COMPILED.format(''))
 
 
 def recompile_limit() -> Any:

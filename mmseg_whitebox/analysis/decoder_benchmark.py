@@ -18,7 +18,6 @@ with the largest output difference.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os.path as osp
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,9 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .benchmark import (COMPILED, Benchmark, BenchmarkOptions, SizeRows,
-                        compiled_baselines, new_row, prepare_run,
-                        project_configs, recompile_limit, rep_grid_options,
-                        start_report)
+                        is_compiled, new_row, prepare_run, project_configs,
+                        recompile_limit, rep_grid_options, start_report)
 from .complexity import decode_head_complexity
 from .memory import peak_memory, skipped
 from .report import Baseline, compiled_notes
@@ -50,6 +48,8 @@ REFERENCE = 'segmenter'
 DEFAULT, STRAIGHTFORWARD = 'cbsa', 'cbsa-straightforward'
 #: a compiled row's figures, as its notes name them
 COMPILED_LABELS = dict(fwd='fwd', train='fwd+bwd', mem_fwd='fwd memory')
+#: a compiled row's figures given as ratios to the same head eager
+COMPILED_KEYS = ('fwd_ms', 'train_ms', 'mem_fwd', 'mem_train')
 
 
 # ------------------------------------------------------------ the baselines
@@ -183,7 +183,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                               generator=gen).to(device)
         row = rows[name] = new_row(name, size, grid=list(grid),
                                    tokens=grid[0] * grid[1])
-        compiled = name.endswith(COMPILED.format(''))
+        compiled = is_compiled(name)
         fwd = inference_call(head, [feature], device, options.amp)
         if skipped(row, 'mem_fwd', past, memory_limit,
                    'skipped: forward predicted to need'):
@@ -280,13 +280,8 @@ def run_decoder_benchmark(out: str,
     built, info = build_heads(list(heads), encoder, torch_device,
                               options.seed,
                               config_root or project_configs())
-    benchmark = BENCHMARK
-    if options.compile:
-        # every compiled head's ratios to itself eager
-        benchmark = dataclasses.replace(
-            BENCHMARK, baselines=tuple(BENCHMARK.baselines)
-            + compiled_baselines(add_compiled(built, info), (
-                'fwd_ms', 'train_ms', 'mem_fwd', 'mem_train')))
+    benchmark = BENCHMARK.with_compiled(
+        add_compiled(built, info) if options.compile else (), COMPILED_KEYS)
     with start_report(out, torch_device, f'ViT-{encoder} features',
                       options.amp) as facts, recompile_limit() \
             if options.compile else contextlib.nullcontext():

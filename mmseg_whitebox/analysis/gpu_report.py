@@ -32,9 +32,9 @@ from mmseg_whitebox.utils.atomic import write_json, write_text
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from . import decoder_benchmark, encoder_benchmark, train_step_benchmark
-from .benchmark import (Benchmark, BenchmarkOptions, compiled_baselines,
-                        machine, missing_gpu_line, prepare_run,
-                        recompile_limit, rep_grid_options)
+from .benchmark import (Benchmark, BenchmarkOptions, machine,
+                        missing_gpu_line, prepare_run, recompile_limit,
+                        rep_grid_options)
 from .report import slopes
 from .shared_encoder_benchmark import BENCHMARK as SHARED_SWEEP
 from .shared_encoder_benchmark import (SharedSweepOptions,
@@ -188,13 +188,9 @@ def _decoders(plan: ReportPlan, device: torch.device, limit: Optional[int],
     heads, info = decoder_benchmark.build_heads(
         list(plan.decoder_heads), plan.decoder_encoder, device, 0,
         config_root, plan.rep_grid)
-    bench = decoder_benchmark.BENCHMARK
-    if plan.decoder_compiled:
-        bench = replace(bench, baselines=tuple(bench.baselines)
-                        + compiled_baselines(decoder_benchmark.add_compiled(
-                            heads, info, plan.decoder_compiled), (
-                                'fwd_ms', 'train_ms', 'mem_fwd',
-                                'mem_train')))
+    bench = decoder_benchmark.BENCHMARK.with_compiled(
+        decoder_benchmark.add_compiled(heads, info, plan.decoder_compiled),
+        decoder_benchmark.COMPILED_KEYS)
     with recompile_limit():
         return _in_both_precisions(
             plan.decoder_sizes, plan.decoder_timing,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import os.path as osp
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -30,9 +29,8 @@ import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json
 from .benchmark import (COMPILED, Benchmark, BenchmarkOptions, SizeRows,
-                        build_models, compiled_baselines, new_row,
-                        prepare_run, project_configs, recompile_limit,
-                        start_report)
+                        build_models, is_compiled, new_row, prepare_run,
+                        project_configs, recompile_limit, start_report)
 from .memory import peak_memory, skipped
 from .report import Baseline, compiled_notes
 from .timing import autocast
@@ -168,7 +166,7 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
         torch.manual_seed(options.seed)
         start = time.perf_counter()
         row['loss'] = step()  # a float: the step has finished
-        if name.endswith(COMPILED.format('')):  # the first call compiles
+        if is_compiled(name):  # the first call compiles
             row['step_compile_s'] = time.perf_counter() - start
         row['mem_step'], _ = peak_memory(step, device)
         row['params'] = sum(p.numel() for p in model.parameters())
@@ -231,12 +229,9 @@ def run_train_step_benchmark(out: str,
                             options.seed,
                             config_root or project_configs(), with_cp,
                             banded_loss, compiled=options.compile)
-    benchmark = BENCHMARK
-    if options.compile:  # every compiled model's ratios to itself eager
-        benchmark = dataclasses.replace(
-            BENCHMARK, baselines=tuple(BENCHMARK.baselines)
-            + compiled_baselines([n for n in built if not n.endswith(
-                COMPILED.format(''))], ('step_ms', 'mem_step')))
+    benchmark = BENCHMARK.with_compiled(
+        [n for n in built if not is_compiled(n)] if options.compile else (),
+        ('step_ms', 'mem_step'))
     with start_report(
         out, torch_device, f'size {size.upper()}, batch {batch}'
         + (', with_cp' if with_cp else '')

@@ -20,9 +20,10 @@ The models trace whole (``tests/test_compile.py``). The published
 configs' loss (``CrossEntropyLoss(avg_non_ignore=True)``, the released
 mean over the pixels that are not ignored) counts those pixels with
 ``.item()``, which breaks the graph unless dynamo captures the scalar:
-the compiled calls run with :data:`DYNAMO_OPTIONS` (not on torch 2.1). The loss then breaks
-only in mmseg's ``accuracy``, which its decode heads log beside the loss:
-it indexes the pixels that are not ignored (a data-dependent shape).
+the compiled calls run with :data:`DYNAMO_OPTIONS` (not on torch 2.1).
+The loss then breaks only in mmseg's ``accuracy``, which its decode heads
+log beside the loss: it indexes the pixels that are not ignored (a
+data-dependent shape).
 Dynamo's ``capture_dynamic_output_shape_ops`` would capture it, but
 inductor then fails on that graph (torch 2.13: ``AssertionError: u6 ->
 u0`` in ``aten.index``), so it stays a break (docs/compile.md).

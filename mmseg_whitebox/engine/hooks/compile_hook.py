@@ -48,6 +48,22 @@ COMPILED_METHODS = ('loss', 'encode_decode')
 #: newer, from 2.4 (the first with ``torch.get_autocast_dtype``)
 DYNAMO_OPTIONS = (dict(capture_scalar_outputs=True)
                   if hasattr(torch, 'get_autocast_dtype') else {})
+#: the loss's ops that inductor decomposes from torch 2.2 on (2.13 checked)
+#: and torch 2.1 leaves to a fallback: 2.1 refuses that fallback where the
+#: environment variable ``CI`` is set, as CI services set it
+#: (``AssertionError: make_fallback(aten.nll_loss2d_forward.default): a
+#: decomposition exists``), so on 2.1 they are decomposed as on newer torch
+DECOMPOSED_OPS = ('nll_loss2d_forward', 'nll_loss2d_backward')
+
+
+def _decompose_as_newer_torch() -> None:
+    """Add :data:`DECOMPOSED_OPS`' decompositions to inductor's table
+    where it lacks them (torch 2.1; a no-op from 2.2)."""
+    from torch._decomp import get_decompositions
+    from torch._inductor.decomposition import decompositions
+    ops = [getattr(torch.ops.aten, name) for name in DECOMPOSED_OPS]
+    missing = [op for op in ops if op.default not in decompositions]
+    decompositions.update(get_decompositions(missing))
 
 
 def compile_options(compile_cfg: Any) -> Dict[str, Any]:
@@ -58,11 +74,13 @@ def compile_options(compile_cfg: Any) -> Dict[str, Any]:
 
 def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
     """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
-    from DDP first), each traced with :data:`DYNAMO_OPTIONS`."""
+    from DDP first), each traced with :data:`DYNAMO_OPTIONS` (and, on
+    torch 2.1, :data:`DECOMPOSED_OPS` decomposed)."""
     import torch._dynamo.config as dynamo_config
     if is_model_wrapper(model):
         model = model.module
     options = compile_options(compile_cfg)
+    _decompose_as_newer_torch()
     for name in COMPILED_METHODS:
         compiled = torch.compile(getattr(model, name), **options)
         setattr(model, name, dynamo_config.patch(**DYNAMO_OPTIONS)(compiled))

@@ -22,6 +22,7 @@ from mmseg_whitebox.utils.input_checks import check_writable_folder
 
 from .config import read_config
 from .config_checks import check_data_roots
+from .config_text import format_config_text_once
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
@@ -50,8 +51,10 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     recorded; the device and the distributed set-up are made by the
     function that runs the config, within
     :func:`mmseg_whitebox.utils.distributed.run_device` (training,
-    testing, the noise sweep).
+    testing, the noise sweep). The Runner formats the config's text once
+    (:func:`~mmseg_whitebox.engine.config_text.format_config_text_once`).
     """
+    format_config_text_once()
     cfg = read_config(config, cfg_options)
     cfg.launcher = launcher
     if work_dir is not None:

@@ -17,6 +17,13 @@ if os.environ.get('PYTEST_XDIST_WORKER'):
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items):
+    """The tests marked ``slow`` first, in their order: the workers then
+    share out the short ones at the end, instead of one running a long
+    test alone while the other is idle."""
+    items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+
+
 @pytest.fixture
 def one_thread():
     """One intra-op thread inside the test (restored after it): small CPU

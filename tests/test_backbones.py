@@ -300,6 +300,7 @@ def demo_config(name: str, tmp_path) -> str:
 
 
 @pytest.mark.parametrize('name', ['crate', 'tost', 'crate+cbt', 'cbsa-vit'])
+@pytest.mark.slow
 def test_white_box_encoders_train_through_the_tools(name, tiny_ade,
                                                     tmp_path):
     """White-box encoders under the CBSA head (the CRATE and ToST demo

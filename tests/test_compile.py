@@ -134,6 +134,7 @@ def label_maps(folder) -> dict:
 
 @pytest.mark.skipif(shutil.which(os.environ.get('CXX', 'g++')) is None,
                     reason='inductor needs a C++ compiler (g++) on the CPU')
+@pytest.mark.slow
 def test_compile_true_trains_and_tests_as_eager(tiny_ade, tmp_path):
     """``--cfg-options compile=True``: mmengine compiles the training step
     (inductor), the CompileHook the inference; 3 iterations from the same

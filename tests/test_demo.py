@@ -22,6 +22,7 @@ def small_demo(tmp_path, **kwargs) -> DemoOptions:
         **kwargs)
 
 
+@pytest.mark.slow
 def test_demo_trains_tests_draws_and_sweeps(tmp_path):
     lines = []
     summary = run_demo(small_demo(tmp_path), log=lines.append)
@@ -58,6 +59,7 @@ def test_demo_trains_tests_draws_and_sweeps(tmp_path):
     assert again['models']['cbsa']['robustness'] == robustness
 
 
+@pytest.mark.slow
 def test_demo_keeps_the_encoder_at_its_initialisation_by_default(tmp_path):
     """The default demo trains with the encoder frozen (its hook), so the
     decoders' attention must gather the context; ``train_encoder`` trains

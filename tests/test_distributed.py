@@ -122,6 +122,7 @@ def last_line(out: str) -> str:
     return [line for line in out.splitlines() if line.strip()][-1]
 
 
+@pytest.mark.slow
 def test_launch_without_gpu_stops_before_any_work(tmp_path):
     """No CUDA and no --device cpu: every rank stops before the Runner
     (nothing trained, no work dir), and the script's last line is the
@@ -437,6 +438,7 @@ def _same_results(one, two, path='results') -> None:
         assert one == two, (path, one, two)
 
 
+@pytest.mark.slow
 def test_noise_tool_under_torchrun(dist_trained, tmp_path):
     """tools/noise_robustness.py --launcher pytorch on 2 CPU processes
     writes the results of one process (on one thread, as torchrun's are):

@@ -6,6 +6,7 @@ states, and the run ends bitwise equal to an uninterrupted one. Marked
 import os
 import os.path as osp
 
+import pytest
 import torch
 
 from _helpers import REPO, assert_same, small_run_options
@@ -41,6 +42,7 @@ def _train(config: str, work: str, data_root: str, resume: bool = False,
                       _options(data_root), check=check, timeout=300, **env)
 
 
+@pytest.mark.slow
 def test_killed_during_a_save_then_resumed_on_two_processes(tiny_ade,
                                                             tmp_path):
     config = tmp_path / 'cbsa_fault.py'

@@ -24,6 +24,7 @@ def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
     assert GPU_PLAN.train_band_rows  # the banded-loss rows run in both
 
 
+@pytest.mark.slow
 def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path,
                                                             one_thread):
     out = tmp_path / 'report'

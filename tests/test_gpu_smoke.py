@@ -42,6 +42,7 @@ def dry_run(tmp_path_factory):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_dry_run_trains_every_model_in_every_precision(dry_run):
     out, report = dry_run
     rows = report['rows']

@@ -169,6 +169,7 @@ def val_mious(log: str):
 
 
 @pytest.mark.parametrize('name', list(DEMO_CONFIGS))
+@pytest.mark.slow
 def test_head_trains_through_tools_and_miou_rises(name, tiny_ade,
                                                   tmp_path):
     """Validate after the first iteration and after the last: the demo

@@ -194,6 +194,7 @@ def _run(cmd: list) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+@pytest.mark.slow
 def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
         tiny_ade, tmp_path):
     iters = 4

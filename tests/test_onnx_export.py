@@ -89,6 +89,7 @@ def demo_graphs(tmp_path_factory) -> DemoGraphs:
 
 
 @pytest.mark.parametrize('name', HEADS)
+@pytest.mark.slow
 def test_onnx_parity_fixed_and_dynamic(name, tmp_path, record_property,
                                        demo_graphs):
     """Each head as its demo config builds it, on a one-layer encoder (the

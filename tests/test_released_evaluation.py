@@ -441,6 +441,7 @@ def predictor(state, case):
 
 
 @pytest.mark.parametrize('name', list(CASES))
+@pytest.mark.slow
 def test_converted_checkpoint_evaluates_as_released(name, tmp_path):
     case = CASES[name]
     state, segmentor, cfg = converted(case, tmp_path)

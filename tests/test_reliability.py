@@ -213,6 +213,7 @@ def test_second_sweep_into_a_running_ones_folder_stops(tiny_ade, weights,
     assert not (out / '.lock').exists()
 
 
+@pytest.mark.slow
 def test_save_killed_half_way_keeps_the_previous_checkpoint(tiny_ade,
                                                             tmp_path):
     """The second checkpoint save is cut off half-way and the run killed
@@ -251,6 +252,7 @@ def test_save_killed_half_way_keeps_the_previous_checkpoint(tiny_ade,
     assert not [n for n in os.listdir(work) if n.startswith('.')]
 
 
+@pytest.mark.slow
 def test_killed_while_naming_the_new_checkpoint_resumes_from_it(tiny_ade,
                                                               tmp_path):
     """Killed right after ``last_checkpoint`` was opened for writing (and

@@ -445,6 +445,7 @@ def checkpoint(tiny_ade, tiny_checkpoint):
                 data_root=tiny_ade)
 
 
+@pytest.mark.slow
 def test_cli_sigma_zero_reproduces_test_tool_and_resumes(checkpoint,
                                                          tmp_path):
     opts = ['--cfg-options'] + small_run_options(checkpoint['data_root'], 4)

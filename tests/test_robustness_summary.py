@@ -331,6 +331,7 @@ def test_subspace_change_on_a_demo_head():
 
 
 # -- the tools, end to end ----------------------------------------------------
+@pytest.mark.slow
 def test_cli_groups_angles_and_comparison(tiny_ade, tiny_checkpoint,
                                           tmp_path):
     config = demo_configs()['cbsa']

@@ -232,6 +232,7 @@ def _metrics(work_dir: str) -> dict:
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_slurm_train_then_test(slurm_cluster, tiny_ade, tmp_path):
     """slurm_train.sh: 2 tasks, 2 iterations of the demo Segmenter on
     gloo; slurm_test.sh on its checkpoint in 2 tasks: both exit 0, the

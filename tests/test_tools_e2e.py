@@ -160,6 +160,7 @@ def test_mmseg_apis_on_saved_checkpoint(trained, tmp_path):
     assert os.listdir(tmp_path / 'vis')
 
 
+@pytest.mark.slow
 def test_mmsegs_own_train_tool_uses_the_configs(tiny_ade, tmp_path):
     """custom_imports lets mmseg's own tools/train.py run our configs: the
     config imports mmseg_whitebox (and so applies the compat layer) before

@@ -252,6 +252,7 @@ HELP_OF_EVERY_COMMAND = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_installed_commands_run_the_packaged_tools(venv, random_checkpoint,
                                                    tmp_path):
     python = osp.join(venv, 'bin', 'python')

@@ -4,9 +4,9 @@ mmengine formats a config's text with yapf every time ``Config.pretty_text``
 is read, and a training run reads it five times before its first
 checkpoint (the dumped config, the visualizer's copy, the logged
 environment, the message hub) and once more per checkpoint (its
-``meta.cfg``): the same text each time, about a second each on a 2-core
-CPU, half the run time of a short run (docs/benchmarks.md, "Config
-formatting"). :func:`format_config_text_once` memoizes yapf's
+``meta.cfg``): the same text each time, about half a second to a second
+each on a 2-core CPU, 45% of a 2-iteration run (docs/benchmarks.md,
+"Config formatting"). :func:`format_config_text_once` memoizes yapf's
 ``FormatCode`` where mmengine calls it, so each distinct text is
 formatted once and every output stays the same
 (``tests/test_config_text.py``).

@@ -139,8 +139,8 @@ def test_compile_true_trains_and_tests_as_eager(tiny_ade, tmp_path):
     """``--cfg-options compile=True``: mmengine compiles the training step
     (inductor), the CompileHook the inference; 3 iterations from the same
     seed give the eager losses within 1e-3 relative (float32 sums in
-    another order), also where ``CI`` is set, and the compiled test of the eager checkpoint the
-    same label maps."""
+    another order), also where ``CI`` is set, and the compiled test of
+    the eager checkpoint the same label maps."""
     config = demo_configs()['cbsa']
     # one encoder and one decoder layer: the same code, a quarter of the
     # graph to compile (inductor's C++ compilation is the test's time);

@@ -5,6 +5,7 @@ noise tool under torchrun; a launched run without a GPU and without
 (pretrained weights that cannot be had) ends the script's output, exit 2.
 CUDA is hidden from the processes, so the runs take the CPU path on any
 machine. Marked ``distributed`` (deselect with ``-m "not distributed"``)."""
+import gc
 import glob
 import json
 import math
@@ -278,13 +279,17 @@ def test_cpu_run_hides_the_gpus_and_restores_them(monkeypatch):
         assert os.environ['CUDA_VISIBLE_DEVICES'] == '0,1'
 
 
-def test_tools_destroy_the_process_group_they_started(tmp_path):
+def test_tools_destroy_the_process_group_they_started(tmp_path, request):
     """run_tool ends the process group on success and on a ToolError, so
-    no rank leaves its teardown to the interpreter's shutdown."""
+    no rank leaves its teardown to the interpreter's shutdown; the tool
+    runs with what was imported before it frozen out of the collector's
+    walks (pytest's heap here: given back afterwards)."""
     from mmseg_whitebox.utils.tool_error import BAD_INPUT
     from mmseg_whitebox.cli import run_tool as run_tool_main
+    request.addfinalizer(gc.unfreeze)
 
     def start(argv):
+        assert gc.get_freeze_count() > 0
         dist.init_process_group(
             'gloo', init_method=f'file://{tmp_path / argv[0]}', rank=0,
             world_size=1)

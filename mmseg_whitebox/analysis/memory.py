@@ -74,7 +74,8 @@ def frozen_heap() -> Iterator[None]:
     what the measurements made: a full collection of a process that has
     imported torch, mmengine and mmseg takes about 0.4 s, which a
     benchmark would pay per model, size and kind. The block's end returns
-    them to the collector (``gc.unfreeze``). Not nestable."""
+    them to the collector (``gc.unfreeze``), with what
+    :func:`~mmseg_whitebox.cli.run_tool` froze. Not nestable."""
     gc.collect()
     gc.freeze()
     try:

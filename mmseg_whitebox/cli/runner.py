@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import os.path as osp
 import sys
@@ -32,7 +33,14 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
     final teardown: gloo's worker threads can still be releasing tensors
     at that point, and one that waits for the GIL while the interpreter
     finalises aborts the whole rank (SIGABRT, "terminate called without
-    an active exception"; pytorch/pytorch#190489)."""
+    an active exception"; pytorch/pytorch#190489).
+
+    What the tool has imported by then (torch, mmengine, mmseg, this
+    package) lives as long as the process and is frozen out of the
+    garbage collector's walks (``gc.freeze``): mmengine collects twice
+    while it builds a run's datasets, each collection otherwise walking
+    every object of those imports (docs/benchmarks.md, "Tool start")."""
+    gc.freeze()
     argv = take_debug_flag(argv)
     try:
         with recorded_parser_errors():

@@ -117,6 +117,42 @@ def test_forward_and_loss_trace_whole(name):
         MMSEG_ACCURACY in r for r in not_torchs(reasons)), reasons
 
 
+def packed_labels(flipped: bool) -> torch.Tensor:
+    """A label map as mmseg's ``PackSegInputs`` packs it, after mmcv's
+    horizontal flip (a view) or not."""
+    from mmseg.datasets.transforms import PackSegInputs
+    labels = np.random.default_rng(0).integers(0, 150, (SIZE, SIZE),
+                                               dtype=np.uint8)
+    if flipped:
+        labels = np.flip(labels, axis=1)
+    packed = PackSegInputs(meta_keys=())(dict(
+        img=np.zeros((SIZE, SIZE, 3), np.uint8), gt_seg_map=labels))
+    return packed['data_samples'].gt_sem_seg.data
+
+
+def test_flipped_label_maps_do_not_compile_the_loss_again():
+    """mmseg packs a flipped label map with another stride along its first
+    (size-1) dimension; a compiled run's loss takes every pattern of flips
+    in a batch with the graphs of the first (dynamo's own count; the
+    'eager' backend: no code generated)."""
+    from torch._dynamo.utils import counters
+
+    from mmseg_whitebox.engine.hooks.compile_hook import compile_segmentor
+    assert packed_labels(True).stride() != packed_labels(False).stride()
+    model = build_segmentor('cbsa').train()
+    compile_segmentor(model, dict(backend='eager'))
+    inputs, samples = batch()
+    torch._dynamo.reset()
+    counters.clear()
+    graphs = []
+    for flips in ((False, False), (True, False), (False, True), (True, True)):
+        for sample, flipped in zip(samples, flips):
+            sample.gt_sem_seg.data = packed_labels(flipped)
+        model.loss(inputs, samples)
+        graphs.append(counters['stats']['unique_graphs'])
+    assert graphs[0] >= 1 and graphs == graphs[:1] * 4, graphs
+
+
 def not_torchs(reasons):
     """The graph breaks that are not the installed torch's limits."""
     return [r for r in reasons if not any(t in r for t in TORCH_BREAKS)]

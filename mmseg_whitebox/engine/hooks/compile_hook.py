@@ -30,7 +30,7 @@ u0`` in ``aten.index``), so it stays a break (docs/compile.md).
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List
 
 import torch
 from mmengine.hooks import Hook
@@ -72,18 +72,43 @@ def compile_options(compile_cfg: Any) -> Dict[str, Any]:
     return {} if compile_cfg is True else dict(compile_cfg)
 
 
+def canonical_strides(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with the strides of a new contiguous tensor of its shape
+    (a view where it is contiguous already; a copy otherwise)."""
+    return tensor.contiguous().view(-1).view(tensor.shape)
+
+
+def _with_canonical_labels(loss: Callable) -> Callable:
+    """``loss(inputs, data_samples)`` with each sample's label map given
+    :func:`canonical_strides` first. mmseg packs a flipped label map with
+    another stride along its first (size-1) dimension than an unflipped
+    one, and dynamo guards on strides: a batch's pattern of flips would
+    otherwise compile the loss anew, up to ``2 ** batch size`` times."""
+    def call(inputs: torch.Tensor, data_samples: List[Any]) -> Any:
+        for sample in data_samples:
+            if 'gt_sem_seg' in sample:
+                labels = sample.gt_sem_seg
+                labels.data = canonical_strides(labels.data)
+        return loss(inputs, data_samples)
+    return call
+
+
 def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
     """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
     from DDP first), each traced with :data:`DYNAMO_OPTIONS` (and, on
-    torch 2.1, :data:`DECOMPOSED_OPS` decomposed)."""
+    torch 2.1, :data:`DECOMPOSED_OPS` decomposed); the loss's label maps
+    given one layout (:func:`_with_canonical_labels`)."""
     import torch._dynamo.config as dynamo_config
     if is_model_wrapper(model):
         model = model.module
     options = compile_options(compile_cfg)
     _decompose_as_newer_torch()
     for name in COMPILED_METHODS:
-        compiled = torch.compile(getattr(model, name), **options)
-        setattr(model, name, dynamo_config.patch(**DYNAMO_OPTIONS)(compiled))
+        compiled = dynamo_config.patch(**DYNAMO_OPTIONS)(
+            torch.compile(getattr(model, name), **options))
+        if name == 'loss':
+            compiled = _with_canonical_labels(compiled)
+        setattr(model, name, compiled)
 
 
 @HOOKS.register_module()

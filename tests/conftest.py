@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+import torch._inductor.config as inductor_config
 
 import mmseg_whitebox  # noqa: F401
 from _helpers import DEMO_SEGMENTER
@@ -15,6 +16,19 @@ if os.environ.get('PYTEST_XDIST_WORKER'):
     # workers share the cores instead of oversubscribing them
     os.environ['OMP_NUM_THREADS'] = '1'
     torch.set_num_threads(1)
+    # and inductor compiles its C++ kernels in the process, not in a pool
+    # of compile workers (each an interpreter importing torch)
+    os.environ.setdefault('TORCHINDUCTOR_COMPILE_THREADS', '1')
+    inductor_config.compile_threads = int(
+        os.environ['TORCHINDUCTOR_COMPILE_THREADS'])
+# inductor's C++ kernels unvectorised, here and in the tools the tests
+# start (torch 2.1's tools excepted: it does not read the variable): the
+# same graphs and the same code of this project compiled, in two thirds
+# of the time on a CPU. The compiled tests check this project's
+# compilation, not inductor's vectoriser; set the variable to 1 to
+# include it.
+os.environ.setdefault('TORCHINDUCTOR_VEC_ISA_OK', '0')
+inductor_config.cpp.vec_isa_ok = os.environ['TORCHINDUCTOR_VEC_ISA_OK'] == '1'
 
 
 def pytest_collection_modifyitems(items):

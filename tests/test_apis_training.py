@@ -65,6 +65,25 @@ def test_train_then_evaluate_the_final_checkpoint(tiny_ade, tmp_path,
         assert 'Iter(test) [3/3]' in f.read()
 
 
+def test_runs_of_one_config_started_in_one_second_log_apart(
+        tiny_ade, tmp_path, monkeypatch):
+    """mmengine names a run's logger after its config and the second it
+    started, and gives a second Runner of that config started within the
+    same second the first one's logger (its log in the first run's file):
+    runner_config names a config's later runs in a process apart."""
+    from mmengine.logging import MMLogger
+    from mmengine.runner import Runner
+    monkeypatch.setattr('time.time', lambda: 1.8e9)  # one second for both
+    runners = [Runner.from_cfg(demo_config(tiny_ade, str(tmp_path / run)))
+               for run in ('first', 'second')]
+    assert runners[0].timestamp == runners[1].timestamp
+    for runner, run in zip(runners, ('first', 'second')):
+        logger = MMLogger.get_instance(runner.experiment_name)
+        [log_file] = [h.baseFilename for h in logger.handlers
+                      if hasattr(h, 'baseFilename')]
+        assert log_file.startswith(str(tmp_path / run)), log_file
+
+
 def test_a_run_stops_its_dataloader_workers_when_it_ends(tiny_ade, tmp_path):
     """The demo config's persistent test workers (2) are stopped by
     ReleaseDataloaderWorkersHook when ``runner.test()`` returns, not left

@@ -11,6 +11,7 @@ tools alike."""
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import os.path as osp
 from typing import Any, Callable, Optional
@@ -41,6 +42,25 @@ REPLACED_DEFAULT_HOOKS = {
 }
 
 
+#: how many Runner configs of each config name this process has made
+_RUNS_OF: collections.Counter = collections.Counter()
+
+
+def _name_each_run(cfg: Config, config: str) -> None:
+    """mmengine names a run's logger, message hub and visualizer
+    ``<config name>_<second it started>`` and gives a second Runner of the
+    same config started within the same second the first one's (its log
+    then goes to the first run's file). From its second run in a process
+    on, a config's runs are named with their number
+    (``<config name>-2_<second>``), unless the config names them."""
+    if cfg.get('experiment_name', None) is not None:
+        return
+    name = osp.splitext(osp.basename(cfg.filename or config))[0]
+    _RUNS_OF[name] += 1
+    if _RUNS_OF[name] > 1:
+        cfg.experiment_name = f'{name}-{_RUNS_OF[name]}'
+
+
 def runner_config(config: str, cfg_options: Optional[dict] = None,
                   work_dir: Optional[str] = None,
                   launcher: str = 'none') -> Config:
@@ -52,7 +72,9 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     function that runs the config, within
     :func:`mmseg_whitebox.utils.distributed.run_device` (training,
     testing, the noise sweep). The Runner formats the config's text once
-    (:func:`~mmseg_whitebox.engine.config_text.format_config_text_once`).
+    (:func:`~mmseg_whitebox.engine.config_text.format_config_text_once`);
+    a config's second and later runs in a process get their own logger
+    (:func:`_name_each_run`).
     """
     format_config_text_once()
     cfg = read_config(config, cfg_options)
@@ -62,6 +84,7 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
+    _name_each_run(cfg, config)
     ensure_weights_only_checkpoints(cfg)
     ensure_custom_hook(cfg, RELEASE_WORKERS_HOOK)
     if cfg.get('compile', None):

@@ -145,7 +145,10 @@ def test_launch_without_gpu_stops_before_any_work(tmp_path):
                            '--device: no CUDA device is visible (torch '), out
     assert "CUDA_VISIBLE_DEVICES='', 0 CUDA device(s)" in line
     assert 'pass --device cpu' in line
-    assert out.count(line) == NPROC + 1, out  # each rank's, then again
+    # a rank's line, then the script's again; torchrun ends (SIGTERM) the
+    # ranks still running when the first exits, so a rank slower to reach
+    # its check may be ended before it prints
+    assert 2 <= out.count(line) <= NPROC + 1, out
     assert 'Iter(train)' not in out and not work_dir.exists()
 
 
@@ -172,7 +175,10 @@ def test_unreachable_pretrained_weights_stop_every_rank(tiny_ade, tmp_path):
     cached = (tmp_path / 'torch' / 'hub' / 'checkpoints' /
               'vit_demo_weights.pth')
     assert f'put it at {cached}' in line
-    assert out.count(line) == NPROC + 1, out  # each rank's, then again
+    # a rank's line, then the script's again; torchrun ends (SIGTERM) the
+    # ranks still running when the first exits, so a rank slower to reach
+    # its check may be ended before it prints
+    assert 2 <= out.count(line) <= NPROC + 1, out
     assert 'Iter(train)' not in out and not glob.glob(str(work_dir / '*'))
 
 

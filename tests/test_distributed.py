@@ -123,6 +123,16 @@ def last_line(out: str) -> str:
     return [line for line in out.splitlines() if line.strip()][-1]
 
 
+def ranks_last_line(out: str) -> str:
+    """The line the ranks stopped with, which the script repeats last,
+    after at least one rank's copy: torchrun ends (SIGTERM) the ranks
+    still running when the first exits, so a rank slower to reach its
+    check may be ended before it prints."""
+    line = last_line(out)
+    assert 2 <= out.count(line) <= NPROC + 1, out
+    return line
+
+
 @pytest.mark.slow
 def test_launch_without_gpu_stops_before_any_work(tmp_path):
     """No CUDA and no --device cpu: every rank stops before the Runner
@@ -140,15 +150,11 @@ def test_launch_without_gpu_stops_before_any_work(tmp_path):
         f'dist_train.sh: Python {python} (from VIRTUAL_ENV): torch '
         f'{torch.__version__}, CUDA {torch.version.cuda or "none"}, 0 CUDA '
         "device(s) visible (CUDA_VISIBLE_DEVICES='')")
-    line = last_line(out)
+    line = ranks_last_line(out)
     assert line.startswith('train.py: error: --launcher pytorch without '
                            '--device: no CUDA device is visible (torch '), out
     assert "CUDA_VISIBLE_DEVICES='', 0 CUDA device(s)" in line
     assert 'pass --device cpu' in line
-    # a rank's line, then the script's again; torchrun ends (SIGTERM) the
-    # ranks still running when the first exits, so a rank slower to reach
-    # its check may be ended before it prints
-    assert 2 <= out.count(line) <= NPROC + 1, out
     assert 'Iter(train)' not in out and not work_dir.exists()
 
 
@@ -169,16 +175,12 @@ def test_unreachable_pretrained_weights_stop_every_rank(tiny_ade, tmp_path):
     assert rc == 2, out[-6000:]
     assert f'(from CONDA_PREFIX): torch {torch.__version__}' in \
         out.splitlines()[0]
-    line = last_line(out)
+    line = ranks_last_line(out)
     assert line.startswith('train.py: error: could not download the '
                            f'pretrained weights {url} ('), out
     cached = (tmp_path / 'torch' / 'hub' / 'checkpoints' /
               'vit_demo_weights.pth')
     assert f'put it at {cached}' in line
-    # a rank's line, then the script's again; torchrun ends (SIGTERM) the
-    # ranks still running when the first exits, so a rank slower to reach
-    # its check may be ended before it prints
-    assert 2 <= out.count(line) <= NPROC + 1, out
     assert 'Iter(train)' not in out and not glob.glob(str(work_dir / '*'))
 
 

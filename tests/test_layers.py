@@ -16,6 +16,8 @@ OPERATORS = {
                       out_proj='tied'),
     'mssa': dict(type='MSSA', num_heads=2, head_dim=6),
     'tssa': dict(type='TSSA', num_heads=2, head_dim=6),
+    'mita': dict(type='MiTA', num_heads=2, head_dim=6, pool_size=(2, 3),
+                 kv_topk=4),
 }
 HEADS = {
     'cbsa': dict(type='CBSAHead', attn_cfg=OPERATORS['cbsa']),

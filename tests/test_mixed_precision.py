@@ -37,7 +37,7 @@ from mmengine.optim.optimizer import amp_optimizer_wrapper
 from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 
-from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
+from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA, MiTA,
                                 CrossMSSA, precision)
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -65,7 +65,7 @@ ISTA_GRAD_TOL = {torch.bfloat16: 0.1, torch.float16: 3e-2}
 # statistics 9.7e-2: the memberships are lost), within 5e-2 where the
 # coordinates themselves do (measured 3.2e-2: its per-direction rescaling,
 # folded into the projection back, falls into float16's subnormal range)
-PROVOKED_TOL = {'cbsa': 2e-3, 'cbsa-tied': 2e-3, 'tssa': 5e-2}
+PROVOKED_TOL = {'cbsa': 2e-3, 'cbsa-tied': 2e-3, 'tssa': 5e-2, 'mita': 2e-3}
 TSSA_SUMS_TOL = 1e-2
 # Training steps, float32 at the same weights at every step: the loss
 # (measured <= 1.1e-3 bfloat16, <= 6.9e-5 float16; DEPICT-CA the largest)
@@ -107,8 +107,9 @@ OPERATORS = {
     'tssa': lambda: TSSA(D, 3, 32, proj_bias=True),
     'mhsa': lambda: MHSA(D, 3),
     'ista': lambda: ISTA(D),
+    'mita': lambda: MiTA(D, 3, 32, pool_size=3),
 }
-GRID_OPERATORS = ('cbsa', 'cbsa-tied', 'qkv-cbsa')
+GRID_OPERATORS = ('cbsa', 'cbsa-tied', 'qkv-cbsa', 'mita')
 
 
 def op_result(name: str, op: torch.nn.Module, x: torch.Tensor,
@@ -140,6 +141,11 @@ def tokens(n: int, scale: float) -> torch.Tensor:
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('name', OPERATORS)
 def test_operator_under_autocast_follows_float32(name, dtype):
+    if name == 'mita' and dtype == torch.bfloat16:
+        pytest.skip('MiTA routes each query to one landmark and each '
+                    "landmark to its top-k keys: bfloat16's rounding moves "
+                    'a few to other keys, a jump no float32 tolerance '
+                    'follows (tests/test_mita.py bounds it)')
     torch.manual_seed(0)
     op = OPERATORS[name]()
     x = tokens(64, 1.0)
@@ -162,6 +168,8 @@ PROVOKING = {
     'cbsa-tied': (1e3, 64),
     # squares of the coordinates and their sums over the tokens
     'tssa': (1e3, 64),
+    # query-key products ~1e5 (the routed and the shared expert's logits)
+    'mita': (1e3, 64),
 }
 
 

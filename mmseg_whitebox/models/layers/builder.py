@@ -15,9 +15,10 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmseg.registry import MODELS
 
 from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA,
-                                CrossMSSA)
+                                CrossMSSA, MiTA)
 
-ATTENTION_OPERATORS = (CBSA, MSSA, CrossMSSA, TSSA, ISTA, MHSA, QKVCBSA)
+ATTENTION_OPERATORS = (CBSA, MSSA, CrossMSSA, TSSA, ISTA, MHSA, QKVCBSA,
+                       MiTA)
 for _op in ATTENTION_OPERATORS:
     MODELS.register_module(module=_op)
 

@@ -1,0 +1,168 @@
+"""MiTA: mixture-of-top-k attention (Wen, Huang, He, Meng & Li 2026,
+"Mixture-of-Top-k Attention: Efficient Attention via Scalable Fast
+Weights", arXiv 2602.01219; QishuaiWen/MiTA).
+
+A compress-and-route attention, per head, for queries ``q_i``, keys
+``k_j`` and values ``v_j`` (``p`` dimensions each):
+
+* **landmarks** (the released code's "routers"): the queries
+  average-pooled over the token grid to ``s x s`` cells, ``r_1 .. r_M``
+  (``M = s^2``, 7x7 in MiTA-Segmenter);
+* **routed experts**: landmark ``m`` keeps the ``k`` keys it activates
+  most, ``S_m = top-k_j (r_m . k_j)``;
+* **top-1 routing**: query ``i`` goes to the landmark it activates most,
+  ``e(i) = argmax_m (r_m . q_i)``;
+* **shared expert** (agent attention): each landmark's compressed value
+  ``a_m = sum_j softmax_j(r_m . k_j / sqrt(p)) v_j``;
+* **mixture**: one softmax over the shared expert's ``M`` slots and the
+  routed expert's ``k`` keys::
+
+      y_i = ( sum_m exp(alpha_im) a_m + sum_{j in S_e(i)} exp(beta_ij) v_j )
+            / ( sum_m exp(alpha_im) + sum_{j in S_e(i)} exp(beta_ij) )
+      alpha_im = q_i . r_m / p,     beta_ij = q_i . k_j / sqrt(p)
+
+  then the output projection. ``alpha`` is scaled twice (``1/p``): the
+  released ``MixedAttention`` is called with the keys ``r_m / sqrt(p)``
+  and a softmax scale of ``1/sqrt(p)`` (MiTA-Segmenter
+  ``segm/model/mita/mita_attention.py``, ``mita``), and it merges the two
+  flash-attention passes through their log-sum-exps
+  (``segm/model/mita/mixed_attention.py``), which is this joint softmax.
+  Without the shared expert (``shared_expert=False``, the released
+  ``MiTA_Attention_Route``) ``y_i`` is the softmax over ``S_e(i)`` alone.
+
+Where this differs from the released code, and why:
+
+* pure torch (gathers and a softmax): no flash-attn, any device; float32
+  (float64 in the equality tests), where the released forward casts to
+  float16 inside the layer. Under a float16 autocast the attention is
+  computed in float32 from the autocast projections (products of
+  queries and keys of a few hundred overflow float16).
+* any ``H x W`` grid and any number of extra tokens before or after it;
+  the released code accepts only 32x32 or 40x40 grids with one leading
+  class token (or 150 trailing ones). ``router_pool='leading'`` pools the
+  first ``H x W`` tokens of the sequence, as the released encoder does
+  (``q[:, :-1]``: the class token first, the last patch left out);
+  ``'grid'`` pools the patch grid.
+* ``k`` larger than the number of tokens selects every token.
+* ties: the released routing takes ``torch.argmax`` (the first maximal
+  landmark), as here; among keys tied at the top-k boundary both take
+  whichever ``torch.topk`` returns (random inputs have none).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import precision
+from .cbsa import GridSize, _pair, pool_grid
+from .mhsa import QKVProjection
+
+ROUTER_POOLS = ('grid', 'leading')
+
+
+def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[b, h, index[b, h, i, j]]``: ``(B, K, N, p)`` tokens at
+    ``(B, K, I, J)`` indices -> ``(B, K, I, J, p)``."""
+    b, k, i, j = index.shape
+    flat = index.reshape(b, k, i * j, 1).expand(-1, -1, -1, x.shape[-1])
+    return torch.gather(x, 2, flat).view(b, k, i, j, x.shape[-1])
+
+
+class MiTA(QKVProjection):
+    """Mixture-of-top-k attention; returns the update.
+
+    Args:
+        dim, num_heads, head_dim, qkv_bias, init_std: as :class:`~.MHSA`
+            (same parameters and names: a pretrained ViT's attention loads
+            one to one).
+        pool_size: ``s``, the landmarks' ``s x s`` grid (``(sh, sw)``
+            allowed); 7 in the released MiTA attention, 9 in its
+            route-only variant.
+        kv_topk: keys per routed expert ``k``; default ``sh * sw`` (the
+            released ``kv_topk = num_expert``; the route-only variant
+            takes twice that).
+        shared_expert: mix in the compressed agent attention (MiTA);
+            ``False`` is the released route-only variant.
+        router_pool: ``'grid'`` (the patch grid) or ``'leading'`` (the
+            first ``H x W`` tokens, as the released encoder pools).
+    """
+
+    def __init__(self,
+                 dim: int,
+                 num_heads: int = 6,
+                 head_dim: Optional[int] = None,
+                 pool_size: GridSize = 7,
+                 kv_topk: Optional[int] = None,
+                 shared_expert: bool = True,
+                 router_pool: str = 'grid',
+                 qkv_bias: bool = True,
+                 init_std: float = 0.02) -> None:
+        super().__init__(dim, num_heads, head_dim, qkv_bias, init_std)
+        if router_pool not in ROUTER_POOLS:
+            raise ValueError(f'router_pool must be one of {ROUTER_POOLS}, '
+                             f'got {router_pool!r}')
+        self.pool_size = _pair(pool_size)
+        if min(self.pool_size) < 1:
+            raise ValueError(f'pool_size must be positive, got {pool_size}')
+        self.kv_topk = kv_topk or self.pool_size[0] * self.pool_size[1]
+        if self.kv_topk < 1:
+            raise ValueError(f'kv_topk must be positive, got {kv_topk}')
+        self.shared_expert = shared_expert
+        self.router_pool = router_pool
+        self.reset_parameters()
+
+    def forward(self,
+                x: torch.Tensor,
+                hw: Tuple[int, int],
+                grid_start: int = 0) -> torch.Tensor:
+        """``(B, N, d)`` tokens whose ``H x W`` grid starts at
+        ``x[:, grid_start]`` -> the update ``(B, N, d)``."""
+        h, w = hw
+        if grid_start < 0 or grid_start + h * w > x.shape[1]:
+            raise ValueError(f'a {h}x{w} token grid starting at {grid_start} '
+                             f'does not fit in {x.shape[1]} tokens')
+        q, k, v = self.project(x)
+        start = 0 if self.router_pool == 'leading' else grid_start
+        routers = pool_grid(q, hw, start, self.pool_size)  # (B, K, M, p)
+        if not precision.float16_autocast(x):
+            return self.merge(self.attend(q, k, v, routers))
+        with precision.autocast_off(x):
+            out = self.attend(q.float(), k.float(), v.float(),
+                              routers.float())
+        return self.merge(out.to(q.dtype))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               routers: torch.Tensor) -> torch.Tensor:
+        """The mixture of the module docstring, ``(B, K, N, p)``."""
+        topk = min(self.kv_topk, k.shape[2])
+        # routed experts: each landmark's top-k keys (the ranking needs no
+        # scale); every query takes the expert of its top-1 landmark
+        selected = torch.topk(routers @ k.mT, topk, dim=-1,
+                              sorted=False).indices  # (B, K, M, k)
+        expert = torch.argmax(routers @ q.mT, dim=-2)  # (B, K, N)
+        keys = torch.gather(
+            selected, 2, expert.unsqueeze(-1).expand(-1, -1, -1, topk))
+        k_routed = gather_tokens(k, keys)  # (B, K, N, k, p)
+        v_routed = gather_tokens(v, keys)
+        beta = torch.einsum('bhnp,bhnkp->bhnk', q, k_routed) * self.scale
+        if not self.shared_expert:
+            weights = torch.softmax(beta, dim=-1)
+            return torch.einsum('bhnk,bhnkp->bhnp', weights, v_routed)
+        agents = F.scaled_dot_product_attention(routers, k, v,
+                                                scale=self.scale)
+        alpha = (q * self.scale**2) @ routers.mT  # (B, K, N, M)
+        weights = torch.softmax(torch.cat([alpha, beta], dim=-1), dim=-1)
+        shared, routed = weights.split([alpha.shape[-1], topk], dim=-1)
+        return shared @ agents + torch.einsum('bhnk,bhnkp->bhnp', routed,
+                                              v_routed)
+
+    def extra_repr(self) -> str:
+        text = (super().extra_repr() + f', pool_size={self.pool_size}, '
+                f'kv_topk={self.kv_topk}')
+        if not self.shared_expert:
+            text += ', shared_expert=False'
+        if self.router_pool != 'grid':
+            text += f', router_pool={self.router_pool!r}'
+        return text

@@ -225,6 +225,41 @@ def test_encoder(path):
     assert actual == expected
 
 
+MITA = [p for p in PUBLISHED if describe(p)['encoder'] == 'mita-vit']
+
+
+@pytest.mark.parametrize('path', MITA)
+def test_mita_encoder(path):
+    """MiTA-Segmenter's encoder: the released ViT (as test_encoder) with
+    MiTA in every layer (QishuaiWen/MiTA MiTA-Segmenter/segm/model/
+    enc_blocks.py:15,88; mita/mita_attention.py:21,43-46,142-144,166), as
+    WhiteBoxViT layers over the converted pretrained ViT."""
+    info = describe(path)
+    width, depth, heads = VITS[info['size']]
+    backbone = load(path).model.backbone
+    expected = dict(
+        type='WhiteBoxViT', img_size=(512, 512), patch_size=16,
+        embed_dims=width, num_layers=depth,
+        norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True),
+        patch_bias=True, interpolate_mode='bilinear', drop_path_rate=0.1,
+        with_cls_token=True, final_norm=True,
+        ffn_cfg=dict(type='MLP', mlp_ratio=4),
+        attn_cfg=dict(type='MiTA', num_heads=heads, pool_size=7,
+                      router_pool='leading'),
+        init_cfg=dict(type='Pretrained', checkpoint=(
+            f'pretrain/vit_{dict(t="tiny", s="small")[info["size"]]}'
+            '_patch16_384_white-box.pth')))
+    actual = {k: backbone.get(k) for k in expected}
+    actual['img_size'] = tuple(actual['img_size'])
+    for key in ('norm_cfg', 'ffn_cfg', 'attn_cfg', 'init_cfg'):
+        actual[key] = dict(actual[key])
+    assert actual == expected
+    assert backbone.get('drop_rate', 0.0) == 0.0
+    # kv_topk: the operator's default, the 49 landmarks' count
+    from mmseg_whitebox.ops import MiTA
+    assert MiTA(width, heads, pool_size=7).kv_topk == 49
+
+
 @pytest.mark.parametrize('path', PUBLISHED)
 def test_decoder(path):
     info = describe(path)

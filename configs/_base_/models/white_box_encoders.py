@@ -121,3 +121,30 @@ cbsa_vit_b = dict(
     cbsa_vit_t, embed_dims=768, attn_cfg=dict(qkv_cbsa, num_heads=12),
     init_cfg=dict(type='Pretrained',
                   checkpoint='pretrain/vit_base_patch16_384_white-box.pth'))
+
+# MiTA ViTs (MiTA-Segmenter, QishuaiWen/MiTA at 55491ab, folder
+# MiTA-Segmenter/segm/): the released Segmenter ViT with every attention
+# replaced by MiTA (model/enc_blocks.py:15,88), over query/key/value and
+# output projections with biases (model/mita/mita_attention.py:21,35,39):
+# 7x7 landmarks average-pooled from the first 32x32 tokens, the CLS token
+# first (router_pool='leading': mita_attention.py:43-46,142-144), 49 keys
+# per routed expert (kv_topk = num_expert, :45,166), the shared expert
+# mixed in (:117). The rest is the released ViT's
+# (configs/segmenter/README.md): LayerNorm eps 1e-5 (enc_blocks.py:86-87,
+# vit.py:89), MLP ratio 4 (model/factory.py:45-46), the patch
+# convolution's bias (vit.py:28), positions resized bilinearly, drop path
+# 0.1. The pretrained ViT weights, converted to WhiteBoxViT keys
+# (tools/model_converters/timm2mmseg.py --to white-box, as for the
+# CBSA-adapted ViTs), load one to one: MiTA adds no parameter
+mita = dict(type='MiTA', pool_size=7, router_pool='leading')
+mita_vit_t = dict(
+    whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
+    norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True),
+    patch_bias=True, interpolate_mode='bilinear',
+    attn_cfg=dict(mita, num_heads=3),
+    init_cfg=dict(type='Pretrained',
+                  checkpoint='pretrain/vit_tiny_patch16_384_white-box.pth'))
+mita_vit_s = dict(
+    mita_vit_t, embed_dims=384, attn_cfg=dict(mita, num_heads=6),
+    init_cfg=dict(type='Pretrained',
+                  checkpoint='pretrain/vit_small_patch16_384_white-box.pth'))

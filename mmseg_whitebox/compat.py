@@ -31,18 +31,30 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     MultiScaleDeformableAttention is missing is silenced.
 
 ``checkpoint loading``
-    The fix registers mmengine's local checkpoint loader anew: it always
-    passes ``weights_only=True`` and decodes the weights-only-safe
-    checkpoints this project writes (see
-    :mod:`mmseg_whitebox.utils.checkpoint_codec`); without the decoding, a
-    resumed run drops the message hub's logged scalars and gets numpy
-    values back as tagged dicts. A file that needs full unpickling is
-    refused with an error that says how to convert it (``python -m
-    mmseg_whitebox weights-only``, from any directory); the
-    protection is never switched off. mmengine 0.10.7 calls a bare
-    ``torch.load``, weights-only by default since torch 2.6;
-    onedl-mmengine's local loader retries a refused load with
-    ``weights_only=False`` (see the next fix).
+    The fix registers ONE loader, :func:`load_from_weights_only`, for
+    every prefix of mmengine's ``CheckpointLoader`` (local files,
+    ``http(s)://``, ``torchvision://``, ``modelzoo://``,
+    ``open-mmlab://``, ``openmmlab://``, ``mmcls://``, ``pavi://``,
+    ``s3://``, ``petrel://``: mmengine 0.10.7 and onedl-mmengine 0.10
+    alike). It finds the file as mmengine does, always loads it with
+    ``weights_only=True`` and decodes the weights-only-safe checkpoints
+    this project writes (see :mod:`mmseg_whitebox.utils.checkpoint_codec`);
+    without the decoding, a resumed run drops the message hub's logged
+    scalars and gets numpy values back as tagged dicts. A file that needs
+    full unpickling is refused with an error that says how to convert it
+    (``python -m mmseg_whitebox weights-only``, from any directory); the
+    protection is never switched off. Without the fix: mmengine 0.10.7's
+    local loader calls a bare ``torch.load`` (weights-only by default
+    since torch 2.6, so not on torch 2.1); onedl-mmengine's retries a
+    refused load with ``weights_only=False`` (see the next fix); on every
+    stack, a URL's file (also behind ``torchvision://``, ``mmcls://``,
+    ``open-mmlab://``) is read from torch's hub cache by
+    ``torch.hub.load_state_dict_from_url``, whose ``weights_only``
+    defaults to False (torch 2.1 to 2.13), so a file planted there runs
+    its code. A URL is downloaded by every process that needs it
+    (:func:`mmseg_whitebox.engine.pretrained.fetch_url`; mmengine
+    downloads on rank 0 while the others wait at a barrier), and a failed
+    download is one line.
 
 ``mmengine's weights-only fallback`` (onedl-mmengine only)
     The maintained fork's ``mmengine.runner.checkpoint._safe_torch_load``,
@@ -81,11 +93,12 @@ import importlib.machinery
 import importlib.util
 import os
 import pickle
+import re
 import shlex
 import sys
 import types
 import warnings
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -296,21 +309,25 @@ class UnsafeCheckpointError(InputError, pickle.UnpicklingError):
     ``UnpicklingError`` to torch's callers."""
 
 
-def torch_load_weights_only(file: Any, map_location: Any = None) -> Any:
+def torch_load_weights_only(file: Any, map_location: Any = None,
+                            name: Optional[str] = None) -> Any:
     """``torch.load(file, weights_only=True)``; a file that needs full
     unpickling raises :class:`UnsafeCheckpointError`, saying how to convert
-    it when ``file`` is a path."""
+    it when ``file`` is a path. ``name``: what the user gave (a URL, an
+    ``s3://`` path), said before the file."""
     try:
         return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         if isinstance(file, (str, os.PathLike)):
             # absolute, so the printed command works from any directory
             src = shlex.quote(os.path.abspath(file))
-            name = os.fspath(file)
+            what = os.fspath(file)
+            if name is not None and name != what:
+                what = f'{name} ({what})'
         else:
-            src, name = 'IN.pth', 'the checkpoint'
+            src, what = 'IN.pth', name or 'the checkpoint'
         raise UnsafeCheckpointError(
-            f'Refusing to load {name}: it contains pickled Python '
+            f'Refusing to load {what}: it contains pickled Python '
             'objects besides tensors, and unpickling them can run arbitrary '
             'code, so it is only loaded with weights_only=True. It was '
             'probably written by a plain mmengine run. If you trust the '
@@ -321,13 +338,15 @@ def torch_load_weights_only(file: Any, map_location: Any = None) -> Any:
 
 
 def load_from_local_weights_only(filename: str,
-                                 map_location: Any = None) -> Any:
+                                 map_location: Any = None,
+                                 name: Optional[str] = None) -> Any:
     """``torch.load`` a local checkpoint with ``weights_only=True``.
 
     Checkpoints written with :class:`WeightsOnlyCheckpointHook` store their
     non-tensor training state as plain data; it is decoded back into the
     mmengine objects here. Anything that would need arbitrary unpickling is
-    refused with :class:`UnsafeCheckpointError`.
+    refused with :class:`UnsafeCheckpointError` (``name``: what the user
+    gave for this file, e.g. a URL, said in the error).
     """
     # imported here, at load time: compat is the first module the package
     # root imports (before mmengine/mmseg), and these modules import mmseg
@@ -339,16 +358,135 @@ def load_from_local_weights_only(filename: str,
     # "contains pickled Python objects"
     from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint_file
     check_checkpoint_file(filename)
-    return decode_checkpoint(torch_load_weights_only(filename, map_location))
+    return decode_checkpoint(
+        torch_load_weights_only(filename, map_location, name))
+
+
+def _from_url(url: str, map_location: Any, name: str) -> Any:
+    """http(s): the file in torch's hub cache, downloaded by this process
+    if it is not there (every rank, no barrier; a failure is one line);
+    ``name``: what the user gave (the URL, ``torchvision://NAME``)."""
+    from mmseg_whitebox.engine.pretrained import fetch_checkpoint
+    return load_from_local_weights_only(
+        fetch_checkpoint(url, 'checkpoint'), map_location, name)
+
+
+def _from_http(filename: str, map_location: Any) -> Any:
+    """``http://`` and ``https://``: :func:`_from_url`."""
+    return _from_url(filename, map_location, filename)
+
+
+def _from_torchvision(filename: str, map_location: Any) -> Any:
+    """``torchvision://NAME`` (``modelzoo://NAME``): torchvision's URL."""
+    from mmengine.runner import checkpoint
+    name = filename.split('://', 1)[1]
+    return _from_url(checkpoint.get_torchvision_models()[name],
+                     map_location, filename)
+
+
+def _from_openmmlab(filename: str, map_location: Any) -> Any:
+    """``open-mmlab://NAME`` (``openmmlab://NAME``): mmengine's URL or a
+    file in mmengine's home (deprecated names renamed, as mmengine
+    does)."""
+    from mmengine.runner import checkpoint
+    name = filename.split('://', 1)[1]
+    name = checkpoint.get_deprecated_model_names().get(name, name)
+    url = checkpoint.get_external_models()[name]
+    if url.startswith(('http://', 'https://')):
+        return _from_url(url, map_location, filename)
+    return load_from_local_weights_only(
+        os.path.join(checkpoint._get_mmengine_home(), url), map_location,
+        filename)
+
+
+def _from_mmcls(filename: str, map_location: Any) -> Any:
+    """``mmcls://NAME``: mmcls's URL, its backbone weights kept."""
+    from mmengine.runner import checkpoint
+    url = checkpoint.get_mmcls_models()[filename.split('://', 1)[1]]
+    return checkpoint._process_mmcls_checkpoint(
+        _from_url(url, map_location, filename))
+
+
+def _from_pavi(filename: str, map_location: Any) -> Any:
+    """``pavi://PATH``: downloaded from pavi's model cloud by this
+    process into a temporary folder."""
+    import tempfile
+    try:
+        from pavi import modelcloud
+    except ImportError as exc:
+        raise ImportError('Please install pavi to load checkpoint from '
+                          'modelcloud.') from exc
+    model = modelcloud.get(filename[len('pavi://'):])
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, model.name)
+        model.download(path)
+        return load_from_local_weights_only(path, map_location, filename)
+
+
+def _from_ceph(filename: str, map_location: Any) -> Any:
+    """``s3://`` / ``petrel://`` (with an optional ``NAME:`` before): the
+    bytes from mmengine's petrel file backend."""
+    import io
+    from mmengine.runner import checkpoint
+    from mmseg_whitebox.utils.checkpoint_codec import decode_checkpoint
+    backend = checkpoint.get_file_backend(
+        filename, backend_args={'backend': 'petrel'})
+    with io.BytesIO(backend.get(filename)) as buffer:
+        return decode_checkpoint(
+            torch_load_weights_only(buffer, map_location, filename))
+
+
+#: how :func:`load_from_weights_only` reads each prefix of mmengine's
+#: ``CheckpointLoader`` (mmengine 0.10.7 and onedl-mmengine 0.10 register
+#: these and no others), as ``prefix: loader(filename, map_location)``
+WEIGHTS_ONLY_SCHEMES: Dict[str, Callable[[str, Any], Any]] = {
+    '': load_from_local_weights_only,
+    'http://': _from_http,
+    'https://': _from_http,
+    'torchvision://': _from_torchvision,
+    'modelzoo://': _from_torchvision,
+    'open-mmlab://': _from_openmmlab,
+    'openmmlab://': _from_openmmlab,
+    'mmcls://': _from_mmcls,
+    'pavi://': _from_pavi,
+    r'(\S+\:)?s3://': _from_ceph,
+    r'(\S+\:)?petrel://': _from_ceph,
+}
+
+
+def load_from_weights_only(filename: str, map_location: Any = None) -> Any:
+    """mmengine's checkpoint loader for every scheme: the file is found as
+    mmengine finds it (a local path, a URL's file in torch's hub cache,
+    downloaded there by this process if missing, a model-zoo name's URL,
+    a pavi or s3 download), then loaded by
+    :func:`torch_load_weights_only` and decoded. A prefix mmengine knows
+    and :data:`WEIGHTS_ONLY_SCHEMES` does not is refused (with what to do)
+    rather than loaded by mmengine's own, unpickling loader."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+    # the prefix mmengine picks (its order: longer prefixes first)
+    prefix = next((p for p in CheckpointLoader._schemes
+                   if re.match(p, filename) is not None), '')
+    load = WEIGHTS_ONLY_SCHEMES.get(prefix)
+    if load is None:
+        raise InputError(
+            f'checkpoint {filename!r}: mmseg_whitebox loads every checkpoint '
+            f'weights-only and has no loader for the scheme {prefix!r}; '
+            'download the file and give its local path')
+    return load(filename, map_location)
 
 
 def patch_checkpoint_loader() -> bool:
-    """Make mmengine's local-file checkpoint loader weights-only."""
+    """Make every scheme of mmengine's checkpoint loader weights-only: each
+    prefix ``CheckpointLoader`` has is registered anew with
+    :func:`load_from_weights_only`."""
     from mmengine.runner.checkpoint import CheckpointLoader
-    if CheckpointLoader._schemes.get('') is load_from_local_weights_only:
-        return True
-    CheckpointLoader.register_scheme(
-        prefixes='', loader=load_from_local_weights_only, force=True)
+    stale = [prefix for prefix, loader in CheckpointLoader._schemes.items()
+             if loader is not load_from_weights_only]
+    if '' not in CheckpointLoader._schemes:
+        stale.append('')
+    if stale:
+        CheckpointLoader.register_scheme(
+            prefixes=stale, loader=load_from_weights_only, force=True)
     return True
 
 

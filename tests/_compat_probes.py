@@ -72,6 +72,42 @@ def unsafe_load_outcome(loader: str, path: str, marker: str) -> Dict[str, Any]:
     return {'outcome': outcome, 'payload_ran': os.path.exists(marker)}
 
 
+#: the URL whose file :func:`url_unsafe_load_outcome` plants in the hub
+#: cache (a reserved domain that never resolves; the cached file is read
+#: without a download)
+EVIL_URL = 'https://example.invalid/weights/url_evil.pth'
+
+
+def url_unsafe_load_outcome(torch_home: str, marker: str) -> Dict[str, Any]:
+    """Load :data:`EVIL_URL` with mmengine's loaders, its file an evil
+    checkpoint already in the hub cache of ``torch_home`` (``TORCH_HOME``
+    is set to it for the load): ``{'outcome', 'payload_ran'}`` as
+    :func:`unsafe_load_outcome`."""
+    from mmengine.runner import checkpoint
+    before = os.environ.get('TORCH_HOME')
+    os.environ['TORCH_HOME'] = torch_home
+    try:
+        checkpoint._load_checkpoint(EVIL_URL, map_location='cpu')
+        outcome = 'loaded'
+    except Exception as exc:  # a refusal is the finding
+        outcome = type(exc).__name__
+    finally:
+        if before is None:
+            del os.environ['TORCH_HOME']
+        else:
+            os.environ['TORCH_HOME'] = before
+    return {'outcome': outcome, 'payload_ran': os.path.exists(marker)}
+
+
+def write_evil_url_file(torch_home: str, marker: str) -> None:
+    """The evil checkpoint where torch's hub cache in ``torch_home`` keeps
+    :data:`EVIL_URL`'s file."""
+    folder = os.path.join(torch_home, 'hub', 'checkpoints')
+    os.makedirs(folder, exist_ok=True)
+    write_evil_checkpoint(
+        os.path.join(folder, os.path.basename(EVIL_URL)), marker)
+
+
 def write_project_checkpoint(path: str) -> None:
     """A checkpoint as this project's WeightsOnlyCheckpointHook writes it:
     the message hub's ``HistoryBuffer`` and a numpy score as plain data."""
@@ -193,7 +229,8 @@ def load_compat_alone() -> Any:
 
 
 def probe_all(evil: str, evil_marker: str, fallback_evil: str,
-              fallback_marker: str, project: str) -> Dict[str, Any]:
+              fallback_marker: str, project: str, torch_home: str,
+              url_marker: str) -> Dict[str, Any]:
     """Every probe, in this interpreter as it is."""
     return {
         'import torchvision': import_outcome('torchvision'),
@@ -202,6 +239,8 @@ def probe_all(evil: str, evil_marker: str, fallback_evil: str,
         'local unsafe load': unsafe_load_outcome('local', evil, evil_marker),
         'fallback unsafe load': unsafe_load_outcome(
             'fallback', fallback_evil, fallback_marker),
+        'cached url unsafe load': url_unsafe_load_outcome(torch_home,
+                                                          url_marker),
         'project checkpoint': project_checkpoint_outcome(project),
         'resume': resume_outcome(),
     }

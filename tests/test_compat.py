@@ -29,14 +29,18 @@ NO_MMCV_EXT = "ModuleNotFoundError: No module named 'mmcv._ext'"
 
 def _probe_files(folder) -> list:
     """Fresh evil checkpoints (one per unsafe probe, each with the file its
-    payload would create) and a project checkpoint, as probe_all takes."""
+    payload would create), a project checkpoint and a torch home whose hub
+    cache holds an evil file for a URL, as probe_all takes."""
     files = []
     for name in ('local', 'fallback'):
         path, marker = folder / f'{name}.pth', folder / f'{name}_ran'
         probes.write_evil_checkpoint(str(path), str(marker))
         files += [str(path), str(marker)]
     probes.write_project_checkpoint(str(folder / 'project.pth'))
-    return files + [str(folder / 'project.pth')]
+    torch_home, url_marker = folder / 'torch', folder / 'url_ran'
+    probes.write_evil_url_file(str(torch_home), str(url_marker))
+    return files + [str(folder / 'project.pth'), str(torch_home),
+                    str(url_marker)]
 
 
 @pytest.fixture(scope='module')
@@ -120,6 +124,17 @@ def test_without_weights_only_loader_unsafe_checkpoints_load(unfixed, fixed):
     assert compat.STATUS['weights_only_loader'] is True
     assert fixed['local unsafe load'] == {'outcome': 'UnsafeCheckpointError',
                                           'payload_ran': False}
+
+
+def test_without_weights_only_loader_cached_url_code_runs(unfixed, fixed):
+    """Every stack: mmengine's ``http(s)://`` loader reads a URL's file from
+    torch's hub cache with ``torch.hub.load_state_dict_from_url``, whose
+    ``weights_only`` defaults to False (torch 2.1 and 2.13 alike), so a
+    file planted there runs its code; the fix's one loader refuses it."""
+    assert unfixed['cached url unsafe load'] == {'outcome': 'loaded',
+                                                 'payload_ran': True}
+    assert fixed['cached url unsafe load'] == {
+        'outcome': 'UnsafeCheckpointError', 'payload_ran': False}
 
 
 def test_without_weights_only_loader_resumed_state_is_lost(unfixed, fixed):
@@ -342,8 +357,9 @@ def test_mmcv_ops_standin_only_where_mmseg_needs_it(monkeypatch):
 
 def test_checkpoint_loader_is_weights_only():
     from mmengine.runner.checkpoint import CheckpointLoader
-    loader = CheckpointLoader._get_checkpoint_loader('/some/local.pth')
-    assert loader is compat.load_from_local_weights_only
+    for path in ('/some/local.pth', 'https://host/file.pth'):
+        loader = CheckpointLoader._get_checkpoint_loader(path)
+        assert loader is compat.load_from_weights_only
 
 
 def test_an_old_torch_is_refused_at_import_with_what_to_do():

@@ -82,7 +82,7 @@ def test_mmseg_apis_inference_after_importing_the_package(
         result = inference_model(model, {image!r})
         assert result.pred_sem_seg.data.ndim == 3
         from mmengine.runner.checkpoint import CheckpointLoader
-        from mmseg_whitebox.compat import load_from_local_weights_only
+        from mmseg_whitebox.compat import load_from_weights_only
         assert CheckpointLoader._get_checkpoint_loader('/x.pth') is \\
-            load_from_local_weights_only
+            load_from_weights_only
     """, str(tmp_path))

@@ -1,6 +1,10 @@
 """A checkpoint whose unpickling runs code is refused by every checkpoint
 loading path, on either OpenMMLab stack (onedl-mmengine's loaders retry a
-refused weights-only load with full unpickling unless compat removes it)."""
+refused weights-only load with full unpickling unless compat removes it),
+and by every scheme of mmengine's CheckpointLoader: a URL's file in
+torch's hub cache (which ``torch.hub.load_state_dict_from_url`` unpickles
+fully by default) through ``init_cfg`` Pretrained, ``load_from`` and
+tools/test.py's function, and the model-zoo, pavi and s3 schemes."""
 import io
 
 import numpy as np
@@ -11,7 +15,7 @@ from PIL import Image
 
 from mmseg_whitebox import compat
 from mmseg_whitebox.compat import UnsafeCheckpointError
-from mmseg_whitebox.utils.tool_error import BAD_INPUT
+from mmseg_whitebox.utils.tool_error import BAD_INPUT, InputError
 
 from _compat_probes import write_evil_checkpoint
 from _helpers import DEMO_SEGMENTER, run_tool
@@ -100,3 +104,239 @@ def test_status_names_the_stack():
     # the distribution's version (the package index's CUDA build of 2.1.2
     # has no local tag +cu121 there)
     assert stack['torch'].split('+')[0] == torch.__version__.split('+')[0]
+
+
+# --- every scheme of mmengine's CheckpointLoader, URLs above all ---------
+#
+# A URL's file is read from torch's hub cache
+# ($TORCH_HOME/hub/checkpoints/<file name>) when it is there, without a
+# download: the files below are planted there for URLs of a reserved,
+# never-resolving domain, and name resolution is refused on top, so no
+# test reaches the network.
+
+URL = 'https://example.invalid/weights/{}'
+
+
+@pytest.fixture
+def lookups(monkeypatch):
+    """The host names looked up; every lookup fails as it does offline."""
+    import socket
+    asked = []
+
+    def offline(host, *args, **kwargs):
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, 'offline (test)')
+
+    monkeypatch.setattr(socket, 'getaddrinfo', offline)
+    return asked
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch, lookups):
+    """An empty torch hub cache (``$TORCH_HOME``) in ``tmp_path``'s
+    ``torch/hub/checkpoints``, with no network (:func:`lookups`)."""
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch'))
+    assert torch.hub.get_dir() == str(tmp_path / 'torch' / 'hub')
+    folder = tmp_path / 'torch' / 'hub' / 'checkpoints'
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def evil_url(hub, tmp_path):
+    """``(URL, file its unpickling would create)``: the evil checkpoint
+    planted where torch's hub cache keeps the URL's file."""
+    marker = tmp_path / 'url_code_ran'
+    write_evil_checkpoint(str(hub / 'evil_vit.pth'), str(marker))
+    return URL.format('evil_vit.pth'), marker
+
+
+def test_every_scheme_has_the_one_weights_only_loader():
+    """Every prefix mmengine's CheckpointLoader knows (local files, http,
+    https, torchvision, open-mmlab, mmcls, pavi, s3, ...) is loaded by
+    compat's one weights-only loader."""
+    schemes = mmengine_checkpoint.CheckpointLoader._schemes
+    assert {'', 'http://', 'https://', 'torchvision://', 'modelzoo://',
+            'open-mmlab://', 'openmmlab://', 'mmcls://',
+            'pavi://'} <= set(schemes)
+    assert {prefix: loader for prefix, loader in schemes.items()
+            if loader is not compat.load_from_weights_only} == {}
+    for path in ('/x.pth', 'https://a/b.pth', 'http://a/b.pth',
+                 'torchvision://resnet50', 'open-mmlab://x', 's3://b/x.pth',
+                 'pavi://x', 'mmcls://x'):
+        assert mmengine_checkpoint.CheckpointLoader._get_checkpoint_loader(
+            path) is compat.load_from_weights_only
+
+
+def test_a_scheme_without_a_weights_only_loader_is_refused(monkeypatch):
+    """A prefix the installed mmengine would add (none today) reaches the
+    one loader too and is refused, never loaded by mmengine's own."""
+    loader = mmengine_checkpoint.CheckpointLoader
+    monkeypatch.setattr(loader, '_schemes', dict(
+        {'newhub://': lambda *args: pytest.fail('mmengine loaded it')},
+        **loader._schemes))
+    compat.patch_checkpoint_loader()
+    assert loader._get_checkpoint_loader('newhub://x') is \
+        compat.load_from_weights_only
+    with pytest.raises(InputError, match="no loader for the scheme "
+                       "'newhub://'; download the file and give its local "
+                       'path'):
+        mmengine_checkpoint._load_checkpoint('newhub://x')
+
+
+def test_a_cached_url_is_refused_not_run(evil_url):
+    """``CheckpointLoader`` with a URL whose file is in the hub cache."""
+    url, marker = evil_url
+    with pytest.raises(UnsafeCheckpointError) as info:
+        mmengine_checkpoint._load_checkpoint(url, map_location='cpu')
+    assert not marker.exists()
+    message = str(info.value)
+    assert '\n' not in message
+    assert message.startswith(f'Refusing to load {url} (')
+    assert compat.WEIGHTS_ONLY_CONVERTER in message and '--trust' in message
+
+
+def test_a_pretrained_init_cfg_url_is_refused_not_run(evil_url):
+    """``init_cfg=dict(type='Pretrained', checkpoint=URL)``."""
+    from mmengine.model import BaseModule
+    url, marker = evil_url
+
+    class Net(BaseModule):
+        def __init__(self):
+            super().__init__(init_cfg=dict(type='Pretrained',
+                                           checkpoint=url))
+            self.w = torch.nn.Linear(2, 2)
+
+    with pytest.raises(UnsafeCheckpointError, match='--trust'):
+        Net().init_weights()
+    assert not marker.exists()
+
+
+def demo_runner_config(tiny_ade, work_dir, **options):
+    """The demo Segmenter's config for a Runner, on ``tiny_ade``."""
+    import argparse
+    from mmseg_whitebox.cli import add_cfg_options_arg
+    from mmseg_whitebox.engine.runner_config import runner_config
+    from _helpers import small_run_options
+    parser = argparse.ArgumentParser()
+    add_cfg_options_arg(parser)
+    cfg_options = parser.parse_args(
+        ['--cfg-options'] + small_run_options(tiny_ade, iters=2)).cfg_options
+    cfg = runner_config(DEMO_SEGMENTER, cfg_options, str(work_dir))
+    cfg.merge_from_dict(options)
+    return cfg
+
+
+def test_load_from_a_url_is_refused_not_run(evil_url, tiny_ade, tmp_path):
+    """``load_from=URL``, loaded by the Runner."""
+    from mmengine.runner import Runner
+    url, marker = evil_url
+    runner = Runner.from_cfg(demo_runner_config(
+        tiny_ade, tmp_path / 'work', load_from=url))
+    with pytest.raises(UnsafeCheckpointError, match='--trust'):
+        runner.load_or_resume()
+    assert not marker.exists()
+
+
+def test_testing_a_url_is_refused_not_run(evil_url, tiny_ade, tmp_path):
+    """``tools/test.py CONFIG URL`` (its package function)."""
+    from mmseg_whitebox.apis import evaluate_checkpoint
+    url, marker = evil_url
+    with pytest.raises(UnsafeCheckpointError, match='--trust'):
+        evaluate_checkpoint(demo_runner_config(tiny_ade, tmp_path / 'work'),
+                            url)
+    assert not marker.exists()
+
+
+def test_a_weights_only_checkpoint_at_a_cached_url_loads(
+        hub, lookups, weights, tiny_ade, tmp_path):
+    """A genuine checkpoint reached by URL: tested (tools/test.py's
+    function), loaded by ``load_from`` and by an init_cfg, from the cache
+    and without a download."""
+    import shutil
+    from mmengine.runner import Runner
+    from mmseg_whitebox.apis import evaluate_checkpoint
+    shutil.copy(weights, hub / 'good_segmenter.pth')
+    url = URL.format('good_segmenter.pth')
+    metrics = evaluate_checkpoint(
+        demo_runner_config(tiny_ade, tmp_path / 'test'), url)
+    assert 0 <= metrics['mIoU'] <= 100
+    runner = Runner.from_cfg(demo_runner_config(
+        tiny_ade, tmp_path / 'load', load_from=url))
+    runner.load_or_resume()
+    expected = torch.load(weights, weights_only=True)['state_dict']
+    for key, value in runner.model.state_dict().items():
+        assert torch.equal(value, expected[key]), key
+    loaded = mmengine_checkpoint._load_checkpoint(url, map_location='cpu')
+    assert loaded['state_dict'].keys() == expected.keys()
+    assert lookups == []
+
+
+# the other schemes resolve a name to a URL (torchvision://, modelzoo://,
+# open-mmlab://, mmcls://), a file in mmengine's home (open-mmlab://) or
+# a download (pavi://, s3://): each is pointed at the evil file here
+def _url_table(monkeypatch, function, name, url):
+    monkeypatch.setattr(mmengine_checkpoint, function, lambda: {name: url})
+
+
+def _fake_pavi(monkeypatch, path):
+    import shutil
+    import sys
+    import types
+
+    class Model:
+        name = 'model.pth'
+
+        def download(self, to):
+            shutil.copy(path, to)
+
+    pavi = types.ModuleType('pavi')
+    pavi.modelcloud = types.SimpleNamespace(get=lambda name: Model())
+    monkeypatch.setitem(sys.modules, 'pavi', pavi)
+
+
+def _fake_s3(monkeypatch, path):
+    from mmengine import fileio
+
+    class Backend:
+        def get(self, filename):
+            return open(path, 'rb').read()
+
+    for module in (fileio, mmengine_checkpoint):
+        monkeypatch.setattr(module, 'get_file_backend',
+                            lambda *args, **kwargs: Backend())
+
+
+@pytest.mark.parametrize('scheme', [
+    'torchvision://', 'modelzoo://', 'open-mmlab://', 'openmmlab://',
+    'open-mmlab:home', 'mmcls://', 'pavi://', 's3://', 'petrel://'])
+def test_every_scheme_refuses_the_payload(scheme, evil_url, hub, lookups,
+                                          tmp_path, monkeypatch):
+    url, marker = evil_url
+    filename = f'{scheme}evil_vit'
+    if scheme in ('torchvision://', 'modelzoo://'):
+        _url_table(monkeypatch, 'get_torchvision_models', 'evil_vit', url)
+    elif scheme in ('open-mmlab://', 'openmmlab://'):
+        _url_table(monkeypatch, 'get_external_models', 'evil_vit', url)
+    elif scheme == 'open-mmlab:home':  # a file in mmengine's home
+        home = tmp_path / 'mmengine_home'
+        home.mkdir()
+        (hub / 'evil_vit.pth').rename(home / 'evil_vit.pth')
+        monkeypatch.setattr(mmengine_checkpoint, '_get_mmengine_home',
+                            lambda: str(home))
+        _url_table(monkeypatch, 'get_external_models', 'evil_vit',
+                   'evil_vit.pth')
+        filename = 'open-mmlab://evil_vit'
+    elif scheme == 'mmcls://':
+        _url_table(monkeypatch, 'get_mmcls_models', 'evil_vit', url)
+    elif scheme == 'pavi://':
+        _fake_pavi(monkeypatch, hub / 'evil_vit.pth')
+    else:
+        _fake_s3(monkeypatch, hub / 'evil_vit.pth')
+        filename = f'{scheme}bucket/evil_vit.pth'
+    monkeypatch.setattr(mmengine_checkpoint, 'get_deprecated_model_names',
+                        lambda: {})
+    with pytest.raises(UnsafeCheckpointError, match='--trust'):
+        mmengine_checkpoint._load_checkpoint(filename, map_location='cpu')
+    assert not marker.exists()
+    assert lookups == []

@@ -15,6 +15,12 @@ fails, each process stops with the same line (a process that waited
 while another one failed repeats that failure rather than wait for
 another network timeout). mmengine then reads the cached file on every
 rank.
+
+A checkpoint URL given as ``load_from`` or as ``tools/test.py``'s
+CHECKPOINT is fetched the same way (:func:`fetch_checkpoint`), and
+:mod:`mmseg_whitebox.compat`'s weights-only loader reads every URL through
+:func:`fetch_url`, so no rank waits at mmengine's barrier for another's
+download.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mmseg_whitebox.utils.atomic import atomic_path
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -105,12 +111,46 @@ def fetch_pretrained_weights(cfg: Any) -> None:
 
 
 def _fetch_url(cfg: Any, url: str) -> None:
-    """``url``'s file in torch's hub cache, downloaded by one process of
-    this machine at a time."""
+    """A pretrained URL of ``cfg`` in torch's hub cache (:func:`fetch_url`),
+    a failure said as :func:`download_error_message` says it."""
+    fetch_url(url, lambda exc, cached: download_error_message(cfg, exc,
+                                                              cached))
+
+
+def checkpoint_download_error(key: str, url: str, exc: BaseException,
+                              cached: str) -> str:
+    """What to say when the checkpoint ``url`` (given as ``key``:
+    ``load_from``, ``checkpoint``) cannot be downloaded to ``cached``."""
+    reason = getattr(exc, 'reason', exc)
+    return (f'{key}: could not download {url} ({reason}): is this machine '
+            'offline, or behind a proxy/firewall? Download the file '
+            'elsewhere and give its local path instead, or put it at '
+            f'{cached}')
+
+
+def fetch_checkpoint(checkpoint: Optional[str], key: str) -> Optional[str]:
+    """A checkpoint URL (``load_from``, ``tools/test.py``'s CHECKPOINT:
+    ``key`` names it in the error) in torch's hub cache, downloaded by this
+    process if needed (:func:`fetch_url`); returns the cached file's path,
+    or ``checkpoint`` itself when it is not an http(s) URL. Every process
+    of a distributed run calls it, before any collective step."""
+    if not checkpoint or not checkpoint.startswith(URL_SCHEMES):
+        return checkpoint
+    return fetch_url(checkpoint, lambda exc, cached: checkpoint_download_error(
+        key, checkpoint, exc, cached))
+
+
+def fetch_url(url: str,
+              failure: Callable[[BaseException, str], str]) -> str:
+    """``url``'s file in torch's hub cache (:func:`hub_cache_path`),
+    downloaded by one process of this machine at a time; returns its
+    path. A failed download raises a :class:`ToolError` with
+    ``failure(exception, cached path)``, also left beside the cached file
+    for the processes that waited meanwhile (see the module docstring)."""
     from filelock import FileLock
     cached = hub_cache_path(url)
     if osp.isfile(cached):
-        return
+        return cached
     waiting_since = time.time()
     try:
         os.makedirs(osp.dirname(cached), exist_ok=True)
@@ -124,7 +164,7 @@ def _fetch_url(cfg: Any, url: str) -> None:
             'file') from exc
     try:
         if osp.isfile(cached):  # another process downloaded it meanwhile
-            return
+            return cached
         failed = cached + FAILED_SUFFIX
         if osp.isfile(failed) and osp.getmtime(failed) >= waiting_since:
             with open(failed, encoding='utf-8') as f:
@@ -132,12 +172,13 @@ def _fetch_url(cfg: Any, url: str) -> None:
         try:
             _download(url, cached)
         except (urllib.error.URLError, OSError) as exc:
-            message = download_error_message(cfg, exc, cached)
+            message = failure(exc, cached)
             with open(failed, 'w', encoding='utf-8') as f:
                 f.write(message + '\n')
             raise ToolError(message) from exc
         if osp.isfile(failed):
             os.remove(failed)
+        return cached
     finally:
         lock.release()
 

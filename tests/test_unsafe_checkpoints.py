@@ -272,6 +272,41 @@ def test_a_weights_only_checkpoint_at_a_cached_url_loads(
     assert lookups == []
 
 
+def unreachable_url(hub):
+    """A URL whose file is not in the hub cache (and cannot be had)."""
+    return URL.format('not_cached.pth')
+
+
+def test_a_url_that_cannot_be_downloaded_is_one_line(hub, lookups, tiny_ade,
+                                                     tmp_path):
+    """tools/test.py CONFIG URL and load_from=URL in training: a failed
+    download is a ToolError (one line, exit 2 from the tools) before the
+    Runner is built, on every process; the loader says the same."""
+    from mmseg_whitebox.apis import evaluate_checkpoint, train_model
+    from mmseg_whitebox.utils.tool_error import ToolError
+    url = unreachable_url(hub)
+    cached = hub / 'not_cached.pth'
+    for key, run in (
+            ('checkpoint', lambda: evaluate_checkpoint(demo_runner_config(
+                tiny_ade, tmp_path / 'test'), url)),
+            ('load_from', lambda: train_model(demo_runner_config(
+                tiny_ade, tmp_path / 'train', load_from=url))),
+            ('checkpoint', lambda: mmengine_checkpoint._load_checkpoint(
+                url, map_location='cpu'))):
+        with pytest.raises(ToolError) as info:
+            run()
+        line = str(info.value)
+        assert '\n' not in line, line
+        assert line.startswith(f'{key}: could not download {url} ('), line
+        assert f'put it at {cached}' in line
+        assert not cached.exists()
+    # the tools' functions stopped before building a Runner (its log
+    # folder, WORK_DIR/<timestamp>/)
+    for work_dir in ('test', 'train'):
+        assert not list((tmp_path / work_dir).glob('*/')), work_dir
+    assert set(lookups) == {'example.invalid'}
+
+
 # the other schemes resolve a name to a URL (torchvision://, modelzoo://,
 # open-mmlab://, mmcls://), a file in mmengine's home (open-mmlab://) or
 # a download (pavi://, s3://): each is pointed at the evil file here

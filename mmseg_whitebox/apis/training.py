@@ -22,7 +22,8 @@ from mmseg_whitebox.engine.config_checks import (check_data_roots,
                                                  reported_errors)
 from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
                                          ResumeCheckHook)
-from mmseg_whitebox.engine.pretrained import fetch_pretrained_weights
+from mmseg_whitebox.engine.pretrained import (fetch_checkpoint,
+                                              fetch_pretrained_weights)
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
 from mmseg_whitebox.utils.distributed import run_device
@@ -78,6 +79,7 @@ def _train(cfg: Any, resume: bool, amp: bool, amp_dtype: Optional[str],
     check_writable_folder(cfg.work_dir, '--work-dir')
     # every process, before the Runner's first collective step
     fetch_pretrained_weights(cfg)
+    fetch_checkpoint(cfg.get('load_from', None), 'load_from')
     # one training run per work dir, from here to the end (a crash too);
     # rank 0 holds the lock for every rank (utils/run_lock.py)
     with lock_folder(cfg.work_dir, '--work-dir'):

@@ -24,6 +24,7 @@ from mmseg_whitebox.utils.input_checks import check_writable_folder
 from .config import read_config
 from .config_checks import check_data_roots
 from .config_text import format_config_text_once
+from .pretrained import fetch_checkpoint
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
@@ -149,13 +150,18 @@ def build_test_runner(cfg: Config, checkpoint: str,
                       ) -> Any:
     """The Runner that tests ``checkpoint`` with ``cfg`` (a
     :func:`runner_config`) as ``tools/test.py`` does. The checkpoint and
-    the work dir are checked once, here, before anything is built;
+    the work dir are checked once, here, before anything is built (a
+    checkpoint URL is downloaded into torch's hub cache first, by every
+    process: :func:`~mmseg_whitebox.engine.pretrained.fetch_checkpoint`);
     ``prepare(cfg)``, if given, changes the config next (painting,
     test-time augmentation, a corruption transform); then the training
     settings are dropped and the test data's folder is checked."""
     from mmengine.runner import Runner
     check_checkpoint(checkpoint)
     check_writable_folder(cfg.work_dir, '--work-dir')
+    fetched = fetch_checkpoint(checkpoint, 'checkpoint')
+    if fetched != checkpoint:  # a URL's file, now in the hub cache
+        check_checkpoint(fetched)
     cfg.load_from = checkpoint
     if prepare is not None:
         prepare(cfg)

@@ -122,6 +122,12 @@ MODELS: Dict[str, Tuple[str, Dict[str, Any]]] = {
             'model.backbone.attn_cfg.num_heads': 2,
             'model.backbone.attn_cfg.head_dim': 16,
             'model.backbone.attn_cfg.rep_grid': (2, 2)})),
+    'mita': (
+        'configs/mita/cbsa_mita-vit-t_8xb1-160k_ade20k-512x512.py',
+        dict(_WHITE_BOX, **_CBSA_HEAD, **{
+            'model.backbone.attn_cfg.num_heads': 2,
+            'model.backbone.attn_cfg.head_dim': 16,
+            'model.backbone.attn_cfg.pool_size': 2})),
 }
 
 

@@ -38,6 +38,10 @@ ENCODER_LAYERS = {
     'cbsa-vit': dict(attn_cfg=dict(type='QKVCBSA', num_heads=3, head_dim=32,
                                    rep_grid=(4, 4)),
                      ffn_cfg=dict(type='MLP', mlp_ratio=4)),
+    # the MiTA demo encoder's layer (configs/mita); a list, so that the CBT
+    # layer's settings are replaced rather than merged
+    'mita': dict(attn_cfg=[dict(type='MiTA', num_heads=3, pool_size=4)],
+                 ffn_cfg=dict(type='MLP', mlp_ratio=4)),
 }
 MODELS_TRACED = list(demo_configs()) + list(ENCODER_LAYERS)
 SIZE = 64

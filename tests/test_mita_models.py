@@ -8,23 +8,23 @@ import os.path as osp
 import pytest
 import torch
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
 
 from mmseg_whitebox.models.attention_sites import find_attention_sites
 from mmseg_whitebox.ops import MiTA
 
-from _helpers import REPO, run_tool, small_run_options
+from _helpers import REPO, needs_onnx_export, run_tool, small_run_options
 
 DEMO = 'configs/mita/cbsa_mita-vit-demo_1xb8-800iter_synthade-128x128.py'
 
 
 def build_demo(**backbone):
-    from mmseg.registry import MODELS
-    init_default_scope('mmseg')
+    """The MiTA demo model with random weights (seeded), in eval mode, as
+    mmseg's ``init_model`` builds it (with its config)."""
+    from mmseg.apis import init_model
     cfg = Config.fromfile(osp.join(REPO, DEMO))
     cfg.model.backbone.update(backbone)
     torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
+    model = init_model(cfg, None, device='cpu')
     model.init_weights()
     return model.eval()
 
@@ -88,3 +88,26 @@ def test_mita_flops_are_counted_and_linear_in_tokens():
         # rounds (3,149,000 for 3,148,800 at 32x32)
         assert attention == pytest.approx(8 * 16 * 32 * 3 * n + pooling,
                                           rel=1e-4)
+
+
+@needs_onnx_export()
+@pytest.mark.slow
+def test_mita_exports_to_onnx_with_parity(tmp_path):
+    """A one-layer MiTA demo model exported with dynamic H, W: standard
+    ONNX operators only (TopK, ArgMax, GatherElements), and onnxruntime's
+    logits match PyTorch's at the export size and at two others (the
+    number of keys per expert is min(k, N), kept in the graph)."""
+    from mmseg_whitebox.deployment.onnx_export import (deployment_metadata,
+                                                       export_onnx,
+                                                       non_standard_ops,
+                                                       onnx_parity)
+    model = build_demo(num_layers=1, out_indices=0)
+    path = export_onnx(model, str(tmp_path / 'mita.onnx'), (128, 128),
+                       dynamic=True, metadata=deployment_metadata(model))
+    assert non_standard_ops(path) == []
+    results = onnx_parity(model, path, ((128, 128), (96, 160), (100, 150)),
+                          export_shape=(128, 128))
+    for result in results:
+        print(f'ONNX parity mita: {result}')
+        assert result.argmax_agreement >= 0.999, result
+        assert result.max_abs_diff < 1e-3, result

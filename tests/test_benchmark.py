@@ -365,7 +365,7 @@ ENCODER_BENCH = 'tools/analysis_tools/benchmark_encoders.py'
 def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
     out = tmp_path / 'bench'
     proc = run_tool([ENCODER_BENCH, '--arch', 't', '--encoders', 'vit',
-                     'cbt', 'cbsa-vit', '--shapes', '256', '256x384',
+                     'cbt', 'cbsa-vit', 'mita', '--shapes', '256', '256x384',
                      '--flops-shapes', '256', '--repeats', '1', '--warmup',
                      '0', '--out', str(out)])
     assert 'encoder forward / ViT' in proc.stdout
@@ -373,7 +373,7 @@ def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
         assert osp.getsize(out / name) > 0
     report = json.loads((out / 'benchmark.json').read_text())
     rows = {(r['head'], r['size']): r for r in report['results']}
-    assert len(rows) == 6
+    assert len(rows) == 8
     vit, cbt = rows[('vit', '256x256')], rows[('cbt', '256x256')]
     for key in ('enc_flops', 'seg_flops', 'enc_fwd_ms', 'seg_fwd_ms',
                 'enc_train_ms', 'enc_mem_fwd'):
@@ -386,6 +386,8 @@ def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
     # layer
     assert rows[('cbsa-vit', '256x256')]['enc_params'] == (
         vit['enc_params'] + 12 * 2 * 3)
+    # MiTA adds no parameter to the ViT's
+    assert rows[('mita', '256x256')]['enc_params'] == vit['enc_params']
     assert 'enc_fwd_ms' in report['slopes']['cbt']
 
 

@@ -33,6 +33,7 @@ ENCODER_CONFIGS = {
     'cbt': 'cbsa/cbsa_cbt-{size}_*_ade20k-*.py',
     'crate-cbt': 'cbsa/cbsa_crate-cbt-{size}_*_ade20k-*.py',
     'cbsa-vit': 'cbsa/cbsa_cbsa-vit-{size}_*_ade20k-*.py',
+    'mita': 'mita/cbsa_mita-vit-{size}_*_ade20k-*.py',
 }
 REFERENCE = 'vit'
 

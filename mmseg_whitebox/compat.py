@@ -52,7 +52,7 @@ anything imports mmseg, and applies only the fixes a given environment needs:
     ``torch.hub.load_state_dict_from_url``, whose ``weights_only``
     defaults to False (torch 2.1 to 2.13), so a file planted there runs
     its code. A URL is downloaded by every process that needs it
-    (:func:`mmseg_whitebox.engine.pretrained.fetch_url`; mmengine
+    (:func:`mmseg_whitebox.utils.downloads.fetch_url`; mmengine
     downloads on rank 0 while the others wait at a barrier), and a failed
     download is one line.
 
@@ -366,7 +366,7 @@ def _from_url(url: str, map_location: Any, name: str) -> Any:
     """http(s): the file in torch's hub cache, downloaded by this process
     if it is not there (every rank, no barrier; a failure is one line);
     ``name``: what the user gave (the URL, ``torchvision://NAME``)."""
-    from mmseg_whitebox.engine.pretrained import fetch_checkpoint
+    from mmseg_whitebox.utils.downloads import fetch_checkpoint
     return load_from_local_weights_only(
         fetch_checkpoint(url, 'checkpoint'), map_location, name)
 

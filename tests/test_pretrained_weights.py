@@ -1,5 +1,6 @@
 """The pretrained weights every process finds itself before training
-(``mmseg_whitebox.engine.pretrained``): a local file that must exist, a
+(``mmseg_whitebox.engine.pretrained``, its downloads in
+``mmseg_whitebox.utils.downloads``): a local file that must exist, a
 URL's file in torch's hub cache, downloaded there once, and the same
 error line on every process when it cannot be had. The URLs are served
 by a local HTTP server or refused by a closed local port: nothing here
@@ -16,11 +17,10 @@ import torch
 from mmengine.config import Config
 
 from _helpers import DEMO_SEGMENTER, REPO
-from mmseg_whitebox.engine.pretrained import (FAILED_SUFFIX,
-                                              fetch_pretrained_weights,
-                                              hub_cache_path,
+from mmseg_whitebox.engine.pretrained import (fetch_pretrained_weights,
                                               pretrained_checkpoints)
 from mmseg_whitebox.utils.distributed import free_port
+from mmseg_whitebox.utils.downloads import FAILED_SUFFIX, hub_cache_path
 from mmseg_whitebox.utils.tool_error import ToolError
 
 WEIGHTS = 'vit_test_weights.pth'

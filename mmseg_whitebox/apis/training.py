@@ -22,11 +22,11 @@ from mmseg_whitebox.engine.config_checks import (check_data_roots,
                                                  reported_errors)
 from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
                                          ResumeCheckHook)
-from mmseg_whitebox.engine.pretrained import (fetch_checkpoint,
-                                              fetch_pretrained_weights)
+from mmseg_whitebox.engine.pretrained import fetch_pretrained_weights
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
 from mmseg_whitebox.utils.distributed import run_device
+from mmseg_whitebox.utils.downloads import fetch_checkpoint
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError

@@ -17,36 +17,24 @@ another network timeout). mmengine then reads the cached file on every
 rank.
 
 A checkpoint URL given as ``load_from`` or as ``tools/test.py``'s
-CHECKPOINT is fetched the same way (:func:`fetch_checkpoint`), and
-:mod:`mmseg_whitebox.compat`'s weights-only loader reads every URL through
-:func:`fetch_url`, so no rank waits at mmengine's barrier for another's
-download.
+CHECKPOINT is fetched the same way, and :mod:`mmseg_whitebox.compat`'s
+weights-only loader reads every URL the same way, so no rank waits at
+mmengine's barrier for another's download: the downloads are in
+:mod:`mmseg_whitebox.utils.downloads` (:func:`fetch_url`,
+:func:`fetch_checkpoint`), a layer below both.
 """
 from __future__ import annotations
 
-import os
 import os.path as osp
-import shutil
-import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Tuple
 
-from mmseg_whitebox.utils.atomic import atomic_path
+from mmseg_whitebox.utils.downloads import URL_SCHEMES, fetch_url
 from mmseg_whitebox.utils.tool_error import ToolError
 
 from .config_checks import download_error_message
 
-#: the seconds a download may wait for the server at each step
-DOWNLOAD_TIMEOUT = 60
-#: the suffix of the note a failed download leaves beside the cached file
-FAILED_SUFFIX = '.failed'
 #: the types of ``init_cfg`` that load a checkpoint
 PRETRAINED_TYPES = ('Pretrained', 'Pretrained_Part')
-#: the schemes fetched here (others are left to mmengine's loaders)
-URL_SCHEMES = ('http://', 'https://')
 
 
 def pretrained_checkpoints(cfg: Any) -> List[Tuple[str, str]]:
@@ -83,14 +71,6 @@ def _walk(obj: Any, key: str) -> Iterator[Tuple[str, str]]:
             yield from _walk(value, f'{key}.{i}')
 
 
-def hub_cache_path(url: str) -> str:
-    """Where torch's ``load_state_dict_from_url`` (and so mmengine's
-    ``load_from_http``) keeps the file of ``url``."""
-    import torch
-    name = osp.basename(urllib.parse.urlparse(url).path)
-    return osp.join(torch.hub.get_dir(), 'checkpoints', name)
-
-
 def fetch_pretrained_weights(cfg: Any) -> None:
     """Make every pretrained checkpoint of ``cfg`` available to this
     process (see the module docstring): raises a :class:`ToolError` that
@@ -117,76 +97,3 @@ def _fetch_url(cfg: Any, url: str) -> None:
                                                               cached))
 
 
-def checkpoint_download_error(key: str, url: str, exc: BaseException,
-                              cached: str) -> str:
-    """What to say when the checkpoint ``url`` (given as ``key``:
-    ``load_from``, ``checkpoint``) cannot be downloaded to ``cached``."""
-    reason = getattr(exc, 'reason', exc)
-    return (f'{key}: could not download {url} ({reason}): is this machine '
-            'offline, or behind a proxy/firewall? Download the file '
-            'elsewhere and give its local path instead, or put it at '
-            f'{cached}')
-
-
-def fetch_checkpoint(checkpoint: Optional[str], key: str) -> Optional[str]:
-    """A checkpoint URL (``load_from``, ``tools/test.py``'s CHECKPOINT:
-    ``key`` names it in the error) in torch's hub cache, downloaded by this
-    process if needed (:func:`fetch_url`); returns the cached file's path,
-    or ``checkpoint`` itself when it is not an http(s) URL. Every process
-    of a distributed run calls it, before any collective step."""
-    if not checkpoint or not checkpoint.startswith(URL_SCHEMES):
-        return checkpoint
-    return fetch_url(checkpoint, lambda exc, cached: checkpoint_download_error(
-        key, checkpoint, exc, cached))
-
-
-def fetch_url(url: str,
-              failure: Callable[[BaseException, str], str]) -> str:
-    """``url``'s file in torch's hub cache (:func:`hub_cache_path`),
-    downloaded by one process of this machine at a time; returns its
-    path. A failed download raises a :class:`ToolError` with
-    ``failure(exception, cached path)``, also left beside the cached file
-    for the processes that waited meanwhile (see the module docstring)."""
-    from filelock import FileLock
-    cached = hub_cache_path(url)
-    if osp.isfile(cached):
-        return cached
-    waiting_since = time.time()
-    try:
-        os.makedirs(osp.dirname(cached), exist_ok=True)
-        lock = FileLock(cached + '.lock')
-        lock.acquire()
-    except OSError as exc:
-        raise ToolError(
-            f'cannot write torch\'s hub cache {osp.dirname(cached)!r} '
-            f'({exc.strerror or exc}) to download {url}: set TORCH_HOME to '
-            'a writable folder, or point the config at a local copy of the '
-            'file') from exc
-    try:
-        if osp.isfile(cached):  # another process downloaded it meanwhile
-            return cached
-        failed = cached + FAILED_SUFFIX
-        if osp.isfile(failed) and osp.getmtime(failed) >= waiting_since:
-            with open(failed, encoding='utf-8') as f:
-                raise ToolError(f.read().strip())
-        try:
-            _download(url, cached)
-        except (urllib.error.URLError, OSError) as exc:
-            message = failure(exc, cached)
-            with open(failed, 'w', encoding='utf-8') as f:
-                f.write(message + '\n')
-            raise ToolError(message) from exc
-        if osp.isfile(failed):
-            os.remove(failed)
-        return cached
-    finally:
-        lock.release()
-
-
-def _download(url: str, path: str) -> None:
-    """Copy ``url`` to ``path``, which exists only once complete."""
-    print(f'downloading {url} to {path}', file=sys.stderr)
-    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
-        with atomic_path(path) as tmp:
-            with open(tmp, 'wb') as f:
-                shutil.copyfileobj(response, f)

@@ -19,12 +19,12 @@ from typing import Any, Callable, Optional
 from mmengine.config import Config
 
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
+from mmseg_whitebox.utils.downloads import fetch_checkpoint
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 
 from .config import read_config
 from .config_checks import check_data_roots
 from .config_text import format_config_text_once
-from .pretrained import fetch_checkpoint
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
@@ -152,7 +152,7 @@ def build_test_runner(cfg: Config, checkpoint: str,
     :func:`runner_config`) as ``tools/test.py`` does. The checkpoint and
     the work dir are checked once, here, before anything is built (a
     checkpoint URL is downloaded into torch's hub cache first, by every
-    process: :func:`~mmseg_whitebox.engine.pretrained.fetch_checkpoint`);
+    process: :func:`~mmseg_whitebox.utils.downloads.fetch_checkpoint`);
     ``prepare(cfg)``, if given, changes the config next (painting,
     test-time augmentation, a corruption transform); then the training
     settings are dropped and the test data's folder is checked."""

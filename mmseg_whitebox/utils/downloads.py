@@ -1,0 +1,121 @@
+"""Downloads of checkpoint URLs into torch's hub cache, each process for
+itself: used by the pretrained weights a config starts from
+(:mod:`mmseg_whitebox.engine.pretrained`) and by the weights-only
+checkpoint loader of :mod:`mmseg_whitebox.compat`.
+
+A URL's file is looked up in torch's hub cache
+(``torch.hub.get_dir()/checkpoints/<file name>``, where mmengine and torch
+read it) and otherwise downloaded into it. The processes of a machine
+take turns through a lock beside the cached file, so one downloads while
+the others wait and then find it; when the download fails, each process
+stops with the same line (a process that waited while another one failed
+repeats that failure rather than wait for another network timeout).
+mmengine downloads on rank 0 while the other ranks wait at a barrier
+(``load_from_http``), so a failed download there leaves them waiting
+until the process group's timeout; here no rank waits for another's
+download.
+"""
+from __future__ import annotations
+
+import os
+import os.path as osp
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Callable, Optional
+
+from mmseg_whitebox.utils.atomic import atomic_path
+from mmseg_whitebox.utils.tool_error import ToolError
+
+#: the seconds a download may wait for the server at each step
+DOWNLOAD_TIMEOUT = 60
+#: the suffix of the note a failed download leaves beside the cached file
+FAILED_SUFFIX = '.failed'
+#: the schemes fetched here (others are left to mmengine's loaders)
+URL_SCHEMES = ('http://', 'https://')
+
+
+def hub_cache_path(url: str) -> str:
+    """Where torch's ``load_state_dict_from_url`` (and so mmengine's
+    ``load_from_http``) keeps the file of ``url``."""
+    import torch
+    name = osp.basename(urllib.parse.urlparse(url).path)
+    return osp.join(torch.hub.get_dir(), 'checkpoints', name)
+
+
+def checkpoint_download_error(key: str, url: str, exc: BaseException,
+                              cached: str) -> str:
+    """What to say when the checkpoint ``url`` (given as ``key``:
+    ``load_from``, ``checkpoint``) cannot be downloaded to ``cached``."""
+    reason = getattr(exc, 'reason', exc)
+    return (f'{key}: could not download {url} ({reason}): is this machine '
+            'offline, or behind a proxy/firewall? Download the file '
+            'elsewhere and give its local path instead, or put it at '
+            f'{cached}')
+
+
+def fetch_checkpoint(checkpoint: Optional[str], key: str) -> Optional[str]:
+    """A checkpoint URL (``load_from``, ``tools/test.py``'s CHECKPOINT:
+    ``key`` names it in the error) in torch's hub cache, downloaded by this
+    process if needed (:func:`fetch_url`); returns the cached file's path,
+    or ``checkpoint`` itself when it is not an http(s) URL. Every process
+    of a distributed run calls it, before any collective step."""
+    if not checkpoint or not checkpoint.startswith(URL_SCHEMES):
+        return checkpoint
+    return fetch_url(checkpoint, lambda exc, cached: checkpoint_download_error(
+        key, checkpoint, exc, cached))
+
+
+def fetch_url(url: str,
+              failure: Callable[[BaseException, str], str]) -> str:
+    """``url``'s file in torch's hub cache (:func:`hub_cache_path`),
+    downloaded by one process of this machine at a time; returns its
+    path. A failed download raises a :class:`ToolError` with
+    ``failure(exception, cached path)``, also left beside the cached file
+    for the processes that waited meanwhile (see the module docstring)."""
+    from filelock import FileLock
+    cached = hub_cache_path(url)
+    if osp.isfile(cached):
+        return cached
+    waiting_since = time.time()
+    try:
+        os.makedirs(osp.dirname(cached), exist_ok=True)
+        lock = FileLock(cached + '.lock')
+        lock.acquire()
+    except OSError as exc:
+        raise ToolError(
+            f'cannot write torch\'s hub cache {osp.dirname(cached)!r} '
+            f'({exc.strerror or exc}) to download {url}: set TORCH_HOME to '
+            'a writable folder, or point the config at a local copy of the '
+            'file') from exc
+    try:
+        if osp.isfile(cached):  # another process downloaded it meanwhile
+            return cached
+        failed = cached + FAILED_SUFFIX
+        if osp.isfile(failed) and osp.getmtime(failed) >= waiting_since:
+            with open(failed, encoding='utf-8') as f:
+                raise ToolError(f.read().strip())
+        try:
+            _download(url, cached)
+        except (urllib.error.URLError, OSError) as exc:
+            message = failure(exc, cached)
+            with open(failed, 'w', encoding='utf-8') as f:
+                f.write(message + '\n')
+            raise ToolError(message) from exc
+        if osp.isfile(failed):
+            os.remove(failed)
+        return cached
+    finally:
+        lock.release()
+
+
+def _download(url: str, path: str) -> None:
+    """Copy ``url`` to ``path``, which exists only once complete."""
+    print(f'downloading {url} to {path}', file=sys.stderr)
+    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
+        with atomic_path(path) as tmp:
+            with open(tmp, 'wb') as f:
+                shutil.copyfileobj(response, f)

@@ -207,10 +207,11 @@ def resume_outcome() -> Dict[str, Any]:
 
 
 def load_compat_alone() -> Any:
-    """``mmseg_whitebox/compat.py`` loaded from its file, without the
-    package (whose ``__init__`` would apply every fix): the package and
-    its ``utils`` stand in as bare namespaces over their folders, so the
-    modules compat imports load without any ``__init__``."""
+    """The ``mmseg_whitebox/compat/`` package loaded from its folder,
+    without the package (whose ``__init__`` would apply every fix): the
+    package and its ``utils`` stand in as bare namespaces over their
+    folders, so the modules compat imports load without any other
+    ``__init__``."""
     root = os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), 'mmseg_whitebox')
     for name, folder in (('mmseg_whitebox', root),
@@ -219,9 +220,10 @@ def load_compat_alone() -> Any:
         package = types.ModuleType(name)
         package.__path__ = [folder]
         sys.modules[name] = package
-    path = os.path.join(root, 'compat.py')
-    spec = importlib.util.spec_from_file_location('mmseg_whitebox.compat',
-                                                  path)
+    folder = os.path.join(root, 'compat')
+    spec = importlib.util.spec_from_file_location(
+        'mmseg_whitebox.compat', os.path.join(folder, '__init__.py'),
+        submodule_search_locations=[folder])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -16,6 +16,7 @@ import torch
 
 import _compat_probes as probes
 from mmseg_whitebox import compat
+from mmseg_whitebox.compat import import_shims
 
 #: the OpenMMLab stack of this environment ('default' or 'onedl')
 STACK = compat.stack()['name']
@@ -55,12 +56,15 @@ def unfixed(tmp_path_factory):
         env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    # nothing of the package ran but the compat module the probe loads
+    # nothing of the package ran but the compat package the probe loads
     # itself, after the no-fix probes, and the error classes it builds on
-    # (under bare namespaces: no package __init__ ran)
+    # (under bare namespaces: no other package __init__ ran)
     assert report['mmseg_whitebox modules'] == [
-        'mmseg_whitebox', 'mmseg_whitebox.compat', 'mmseg_whitebox.utils',
-        'mmseg_whitebox.utils.tool_error']
+        'mmseg_whitebox', 'mmseg_whitebox.compat',
+        'mmseg_whitebox.compat.checkpoints',
+        'mmseg_whitebox.compat.distributions',
+        'mmseg_whitebox.compat.import_shims', 'mmseg_whitebox.compat.resume',
+        'mmseg_whitebox.utils', 'mmseg_whitebox.utils.tool_error']
     return report
 
 
@@ -215,7 +219,7 @@ def test_torchvision_shim_ops_raise_clear_error():
 
 def test_torchvision_shim_not_needed_without_torchvision(monkeypatch):
     monkeypatch.delitem(sys.modules, 'torchvision', raising=False)
-    monkeypatch.setattr(compat.importlib.util, 'find_spec',
+    monkeypatch.setattr(import_shims.importlib.util, 'find_spec',
                         lambda name: None)
     assert compat.torchvision_needs_shim() is False
 
@@ -339,11 +343,12 @@ def test_mmcv_ops_standin_only_where_mmseg_needs_it(monkeypatch):
 
     def environment(compiled_mmcv, onedl_mmseg):
         monkeypatch.setattr(
-            compat.importlib.util, 'find_spec',
+            import_shims.importlib.util, 'find_spec',
             lambda name, *a: (object() if compiled_mmcv else None)
             if name == 'mmcv._ext' else find_spec(name, *a))
+        # the name mmcv_ops_standin_needed reads, in its own module
         monkeypatch.setattr(
-            compat, '_dist_version', lambda dist: '1.4.2' if onedl_mmseg
+            import_shims, '_dist_version', lambda dist: '1.4.2' if onedl_mmseg
             and dist == 'onedl-mmsegmentation' else None)
         return compat.mmcv_ops_standin_needed()
 

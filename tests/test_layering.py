@@ -1,8 +1,8 @@
 """The package's import graph: no cycles, and no module imports one of a
-higher layer, each package a layer of its own, in one order (utils < ops
-< models < engine < datasets < visualization < converters < robustness <
-deployment < analysis < apis < cli < the package root; tools sit above
-the package). Function-local imports count as imports: they only hide a
+higher layer, each package a layer of its own, in one order (utils <
+compat < ops < models < engine < datasets < visualization < converters <
+robustness < deployment < analysis < apis < cli < the package root;
+tools sit above the package). Function-local imports count as imports: they only hide a
 cycle or an upward dependency from the interpreter."""
 import ast
 import os
@@ -15,17 +15,17 @@ PACKAGE = 'mmseg_whitebox'
 
 #: the packages, lowest first: a module imports from its own package or
 #: from those before it
-ORDER = ('utils', 'ops', 'models', 'engine', 'datasets', 'visualization',
-         'converters', 'robustness', 'deployment', 'analysis', 'apis', 'cli')
+ORDER = ('utils', 'compat', 'ops', 'models', 'engine', 'datasets',
+         'visualization', 'converters', 'robustness', 'deployment',
+         'analysis', 'apis', 'cli')
 #: the layer of each package (a module is in its package's layer)
 LAYERS = {f'{PACKAGE}.{name}': rank for rank, name in enumerate(ORDER)}
 #: the package root imports everything to register it
 LAYERS[PACKAGE] = len(ORDER) + 1
-#: the root's own modules: the compatibility layer runs before anything
-#: else (at the bottom, with the utils it loads checkpoints with) and the
-#: version is data; the commands run the tools (the root's layer)
+#: the root's own modules: the version is data; the commands run the
+#: tools (the root's layer). The compatibility layer (a package) runs
+#: before anything else: right above the utils it loads checkpoints with.
 ROOT_MODULES = {
-    f'{PACKAGE}.compat': LAYERS[f'{PACKAGE}.utils'],
     f'{PACKAGE}.version': LAYERS[f'{PACKAGE}.utils'],
     f'{PACKAGE}.commands': LAYERS[PACKAGE],
     f'{PACKAGE}.__main__': LAYERS[PACKAGE],
@@ -176,8 +176,10 @@ def test_the_probes_see_cycles_and_upward_imports():
     assert upward_imports(graph) == []
     # a function-local import is seen (compat loads the checkpoint checks
     # only when a checkpoint is loaded, after its shims are in place)
-    assert any(p.startswith(osp.join(PACKAGE, 'compat.py')) for p in local)
-    assert f'{PACKAGE}.utils.checkpoint_checks' in graph[f'{PACKAGE}.compat']
+    checkpoints = osp.join(PACKAGE, 'compat', 'checkpoints.py')
+    assert any(p.startswith(checkpoints) for p in local)
+    assert f'{PACKAGE}.utils.checkpoint_checks' in \
+        graph[f'{PACKAGE}.compat.checkpoints']
 
 
 def test_every_module_has_its_package_layer():

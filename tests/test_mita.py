@@ -30,7 +30,7 @@ def varlen_attention(q, k, v, cu_q, cu_k, scale):
     queries ``(S_q, H, d)`` attends to segment ``s`` of the keys; returns
     the output ``(S_q, H, d)`` and the log-sum-exp ``(S_q, H)``."""
     out = torch.zeros_like(q)
-    lse = torch.zeros(q.shape[:2])
+    lse = q.new_zeros(q.shape[:2])
     for s in range(len(cu_q) - 1):
         qs = q[cu_q[s]:cu_q[s + 1]].transpose(0, 1)  # (H, n, d)
         ks = k[cu_k[s]:cu_k[s + 1]].transpose(0, 1)
@@ -42,13 +42,23 @@ def varlen_attention(q, k, v, cu_q, cu_k, scale):
 
 
 def released_mita(op, x, pooled_start, pool, kv_topk, shared=True):
+    """:func:`released_mita_attention` with ``op``'s weights and grid."""
+    return released_mita_attention(
+        x, (op.qkv.weight, op.qkv.bias, op.out_proj.weight, op.out_proj.bias),
+        op.num_heads, op._hw, pooled_start, pool, kv_topk, shared)
+
+
+def released_mita_attention(x, weights, H, hw, pooled_start, pool, kv_topk,
+                            shared=True):
     """The released MiTA_Attention (``shared``) or MiTA_Attention_Route
-    forward on ``x`` (B, N, C), routers pooled from the ``h x w`` query
-    tokens starting at ``pooled_start`` (the released code: 0)."""
+    forward on ``x`` (B, N, C) with ``H`` heads and the weights ``(qkv
+    weight, qkv bias, proj weight, proj bias)``, routers pooled from the
+    ``h x w`` query tokens starting at ``pooled_start`` (the released
+    code: 0)."""
     B, N, C = x.shape
-    H, d = op.num_heads, op.head_dim
-    h, w = op._hw
-    q, k, v = F.linear(x, op.qkv.weight, op.qkv.bias).reshape(
+    d = C // H
+    h, w = hw
+    q, k, v = F.linear(x, weights[0], weights[1]).reshape(
         B, N, 3, C).permute(2, 0, 1, 3)
     grid = q[:, pooled_start:pooled_start + h * w]
     router = torch.nn.AdaptiveAvgPool2d(pool)(
@@ -85,7 +95,7 @@ def released_mita(op, x, pooled_start, pool, kv_topk, shared=True):
     moba_out, moba_lse = varlen_attention(moba_q, moba_k, moba_v, cu_q,
                                           cu_k, scale)
     if not shared:
-        out = torch.zeros(B * N * H, d)
+        out = q.new_zeros(B * N * H, d)
         out.index_add_(0, order, moba_out.squeeze(1))
         out = out.reshape(B, N, H, d)
     else:
@@ -106,8 +116,7 @@ def released_mita(op, x, pooled_start, pool, kv_topk, shared=True):
         out = out.index_add(0, order, moba_out.reshape(-1, d) *
                             (moba_rel - mixed[order]).exp()[:, None])
         out = out.reshape(B, N, H, d)
-    return F.linear(out.reshape(B, N, C), op.out_proj.weight,
-                    op.out_proj.bias)
+    return F.linear(out.reshape(B, N, C), weights[2], weights[3])
 
 
 def mita_case(dim, heads, hw, extra_before, extra_after, batch=2, **kw):

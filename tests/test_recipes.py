@@ -486,14 +486,19 @@ def released_sizes(cfg: Config) -> Dict[str, int]:
 
 
 def to_released(mmseg: Dict[str, torch.Tensor], kind: str,
-                sizes: Dict[str, int]) -> Dict[str, torch.Tensor]:
+                sizes: Dict[str, int],
+                encoder: bool = True) -> Dict[str, torch.Tensor]:
     """The mmseg weights in the released key layout: the package's
     converter (released -> mmseg) run backwards, key by key. A probe
     tensor through the converter names each released key's mmseg key and
     whether it is transposed (the ``x @ P`` matrices); the converter then
-    maps the result back exactly, onto every parameter."""
-    shapes = {**encoder_shapes(sizes['d'], DEPTH, sizes['grid']),
-              **decoder_shapes(kind, sizes['d'], N_CLS, sizes['dec_heads'])}
+    maps the result back exactly, onto every parameter (of the decoder
+    alone without ``encoder``)."""
+    shapes = decoder_shapes(kind, sizes['d'], N_CLS, sizes['dec_heads'])
+    if encoder:
+        shapes.update(encoder_shapes(sizes['d'], DEPTH, sizes['grid']))
+    else:
+        mmseg = {k: v for k, v in mmseg.items() if k.startswith('decode_')}
     released = {}
     for key, shape in shapes.items():
         if key.startswith('encoder.head.'):

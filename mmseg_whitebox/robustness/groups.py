@@ -11,9 +11,10 @@ its name inside the attention operator, per site kind:
     ``out-proj``: the output projection ``out_proj.weight`` (absent in the
     tied variants);
     ``biases``: ``out_proj.bias``.
-    The q/k/v operators of white-box encoders (``MHSA``, ``QKVCBSA``) in
-    the same blocks: ``qkv`` (``qkv.weight``), ``step-sizes``, ``out-proj``
-    and ``biases`` (``qkv.bias``, ``out_proj.bias``).
+    The q/k/v operators of white-box encoders (``MHSA``, ``QKVCBSA``,
+    ``MiTA``) in the same blocks: ``qkv`` (``qkv.weight``),
+    ``step-sizes``, ``out-proj`` and ``biases`` (``qkv.bias``,
+    ``out_proj.bias``).
 mmcv ``MultiheadAttention`` (mmseg's Segmenter head and ViT encoder)
     ``qkv``: the query/key/value in-projection weight(s);
     ``out-proj``: ``out_proj.weight``;

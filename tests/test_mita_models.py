@@ -118,34 +118,19 @@ def test_mita_exports_to_onnx_with_parity(tmp_path):
 MITA_T = 'configs/mita/cbsa_mita-vit-t_8xb1-160k_ade20k-512x512.py'
 
 
-def released_mita_encoder(state, image, heads, layers):
-    """MiTA-Segmenter's encoder (segm/model/vit.py with the blocks of
-    model/enc_blocks.py: x + attn(norm1(x)), x + mlp(norm2(x)), MiTA as
-    the attention) on the released keys: the patch tokens after the final
-    norm, and the grid."""
+def released_mita_block(x, state, prefix, heads, hw):
+    """model/enc_blocks.py Block with MiTA as its attention:
+    ``x + attn(norm1(x))``, ``x + mlp(norm2(x))``; the attention pools the
+    first H*W tokens to 7x7 landmarks with 49 keys each."""
     from test_mita import released_mita_attention
-    from test_segmenter_conversion import PATCH, layer_norm, linear
-    x = F.conv2d(image, state['encoder.patch_embed.proj.weight'],
-                 state['encoder.patch_embed.proj.bias'], stride=PATCH)
-    b, _, h, w = x.shape
-    x = torch.cat([state['encoder.cls_token'].expand(b, -1, -1),
-                   x.flatten(2).transpose(1, 2)], 1)
-    pos = state['encoder.pos_embed']
-    side = int(round((pos.shape[1] - 1)**0.5))
-    grid = pos[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, (h, w), mode='bilinear')
-    x = x + torch.cat([pos[:, :1], grid.flatten(2).transpose(1, 2)], 1)
-    for i in range(layers):
-        block = f'encoder.blocks.{i}'
-        weights = [state[f'{block}.attn.{name}.{kind}']
-                   for name in ('qkv', 'proj') for kind in ('weight', 'bias')]
-        # the first h*w tokens pooled to 7x7 landmarks, 49 keys each
-        x = x + released_mita_attention(layer_norm(x, state, f'{block}.norm1'),
-                                        weights, heads, (h, w), 0, 7, 49)
-        hidden = F.gelu(linear(layer_norm(x, state, f'{block}.norm2'), state,
-                               f'{block}.mlp.fc1'))
-        x = x + linear(hidden, state, f'{block}.mlp.fc2')
-    return layer_norm(x, state, 'encoder.norm')[:, 1:], (h, w)
+    from test_segmenter_conversion import layer_norm, linear
+    weights = [state[f'{prefix}.attn.{name}.{kind}']
+               for name in ('qkv', 'proj') for kind in ('weight', 'bias')]
+    x = x + released_mita_attention(layer_norm(x, state, f'{prefix}.norm1'),
+                                    weights, heads, hw, 0, 7, 49)
+    hidden = F.gelu(linear(layer_norm(x, state, f'{prefix}.norm2'), state,
+                           f'{prefix}.mlp.fc1'))
+    return x + linear(hidden, state, f'{prefix}.mlp.fc2')
 
 
 def encoder_names(sizes):
@@ -170,6 +155,7 @@ def mita_three_step_mismatch(change=None):
     ||theta_released - theta_0|| and the largest relative difference of a
     step's loss."""
     import test_recipes as recipe
+    from test_released_evaluation import released_encoder
     from test_segmenter_conversion import cbt_decoder_forward
     from mmseg_whitebox.converters import segmenter as sc
     cfg = recipe.tiny_config(MITA_T)
@@ -187,8 +173,8 @@ def mita_three_step_mismatch(change=None):
     params = {k: v.requires_grad_() for k, v in released.items()}
 
     def forward(inputs):
-        tokens, hw = released_mita_encoder(params, inputs, sizes['heads'],
-                                           recipe.DEPTH)
+        tokens, hw = released_encoder(params, inputs, sizes['heads'],
+                                      recipe.DEPTH, released_mita_block)
         masks = cbt_decoder_forward(params, tokens, hw,
                                     heads=sizes['dec_heads'],
                                     n_cls=recipe.N_CLS)
@@ -205,13 +191,7 @@ def mita_three_step_mismatch(change=None):
         'cbt')[0])
     if change is not None:
         change(cfg)
-    ours, losses = recipe.mmseg_steps(cfg, start, images, labels)
-    assert set(ours) == set(final)
-    diff = sum(((ours[k] - final[k])**2).sum() for k in final).sqrt()
-    update = sum(((final[k] - start[k])**2).sum() for k in final).sqrt()
-    assert update > 0
-    loss = max(abs(a - b) / abs(b) for a, b in zip(losses, released_losses))
-    return (diff / update).item(), loss
+    return recipe.mismatch(cfg, start, final, released_losses)
 
 
 def test_three_steps_equal_mita_segmenter_trained_as_released(one_thread):

@@ -610,7 +610,12 @@ def three_step_mismatch(cfg: Config, path: str):
     ||theta_mmseg - theta_released|| / ||theta_released - theta_0|| (L2
     over every parameter), and the largest relative difference of a
     step's loss."""
-    start, final, released_losses = released_run(path)
+    return mismatch(cfg, *released_run(path))
+
+
+def mismatch(cfg: Config, start, final, released_losses):
+    """:func:`three_step_mismatch` of ``cfg``'s steps against a released
+    run: its start weights, final weights (mmseg keys) and losses."""
     images, labels = fixed_batch(cfg)
     ours, losses = mmseg_steps(cfg, start, images, labels)
     assert set(ours) == set(final)

@@ -184,9 +184,11 @@ def net_kwargs(case: Case):
 
 
 # --- the released model and evaluation, re-implemented ------------------
-def released_encoder(state, image, heads, layers):
+def released_encoder(state, image, heads, layers, block=None):
     """segm/model/vit.py: patches, CLS token, position embedding resized
-    bilinearly when the token count differs from the trained one."""
+    bilinearly when the token count differs from the trained one, the
+    blocks (``block(x, state, prefix, heads, hw)``, default the released
+    ViT block), the final norm; the patch tokens and the grid."""
     x = F.conv2d(image, state['encoder.patch_embed.proj.weight'],
                  state['encoder.patch_embed.proj.bias'], stride=PATCH)
     b, _, h, w = x.shape
@@ -200,7 +202,10 @@ def released_encoder(state, image, heads, layers):
         pos = torch.cat([pos[:, :1], grid.flatten(2).transpose(1, 2)], 1)
     x = x + pos
     for i in range(layers):
-        x = vit_block(x, state, f'encoder.blocks.{i}', heads)
+        if block is None:
+            x = vit_block(x, state, f'encoder.blocks.{i}', heads)
+        else:
+            x = block(x, state, f'encoder.blocks.{i}', heads, (h, w))
     return layer_norm(x, state, 'encoder.norm')[:, 1:], (h, w)
 
 

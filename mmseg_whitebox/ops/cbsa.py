@@ -55,6 +55,16 @@ def _pair(value: GridSize) -> Tuple[int, int]:
     return int(h), int(w)
 
 
+def check_grid(x: torch.Tensor, hw: Tuple[int, int],
+               grid_start: int) -> None:
+    """Raise unless an ``H x W`` token grid starting at token
+    ``grid_start`` fits in the ``(B, N, d)`` tokens ``x``."""
+    h, w = hw
+    if grid_start < 0 or grid_start + h * w > x.shape[1]:
+        raise ValueError(f'a {h}x{w} token grid starting at {grid_start} '
+                         f'does not fit in {x.shape[1]} tokens')
+
+
 def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
               rep_grid: Tuple[int, int]) -> torch.Tensor:
     """Average-pool the ``H x W`` token grid of ``(B, K, N, p)`` subspace
@@ -170,14 +180,6 @@ class CBSA(SubspaceAttention):
             grid_start = 0
         return pool_grid(z, hw, grid_start, self.rep_grid)
 
-    def check_grid(self, x: torch.Tensor, hw: Tuple[int, int],
-                   grid_start: int) -> None:
-        h, w = hw
-        if grid_start < 0 or grid_start + h * w > x.shape[1]:
-            raise ValueError(
-                f'a {h}x{w} token grid starting at {grid_start} does not '
-                f'fit in {x.shape[1]} tokens')
-
     def forward(self,
                 x: torch.Tensor,
                 hw: Tuple[int, int],
@@ -190,7 +192,7 @@ class CBSA(SubspaceAttention):
         and, with ``return_attn``, the extraction attention ``A^T``,
         ``(B, K, m, N)``: which tokens each representative gathers.
         """
-        self.check_grid(x, hw, grid_start)
+        check_grid(x, hw, grid_start)
         k = self.num_heads
         z = self.project(x)  # U_k^T Z, (B, K, N, p)
         q_ini = self.initial_representatives(z, hw, grid_start)

@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from . import precision
-from .cbsa import GridSize, _pair, pool_grid
+from .cbsa import GridSize, _pair, check_grid, pool_grid
 from .mhsa import QKVProjection
 
 ROUTER_POOLS = ('grid', 'leading')
@@ -119,10 +119,7 @@ class MiTA(QKVProjection):
                 grid_start: int = 0) -> torch.Tensor:
         """``(B, N, d)`` tokens whose ``H x W`` grid starts at
         ``x[:, grid_start]`` -> the update ``(B, N, d)``."""
-        h, w = hw
-        if grid_start < 0 or grid_start + h * w > x.shape[1]:
-            raise ValueError(f'a {h}x{w} token grid starting at {grid_start} '
-                             f'does not fit in {x.shape[1]} tokens')
+        check_grid(x, hw, grid_start)
         q, k, v = self.project(x)
         start = 0 if self.router_pool == 'leading' else grid_start
         routers = pool_grid(q, hw, start, self.pool_size)  # (B, K, M, p)

@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .cbsa import GridSize, _pair, pool_grid
+from .cbsa import GridSize, _pair, check_grid, pool_grid
 from .mhsa import QKVProjection
 
 
@@ -99,10 +99,7 @@ class QKVCBSA(QKVProjection):
                 grid_start: int = 0) -> torch.Tensor:
         """``(B, N, d)`` tokens whose ``H x W`` grid starts at
         ``x[:, grid_start]`` -> the update ``(B, N, d)``."""
-        h, w = hw
-        if grid_start < 0 or grid_start + h * w > x.shape[1]:
-            raise ValueError(f'a {h}x{w} token grid starting at {grid_start} '
-                             f'does not fit in {x.shape[1]} tokens')
+        check_grid(x, hw, grid_start)
         q, k, v = self.project(x)
         qkv = torch.cat([q, k, v], dim=-1)  # (B, K, N, 3p): every role
         init = qkv.detach() if self.rep_stop_grad else qkv

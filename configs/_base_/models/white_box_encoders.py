@@ -138,13 +138,8 @@ cbsa_vit_b = dict(
 # CBSA-adapted ViTs), load one to one: MiTA adds no parameter
 mita = dict(type='MiTA', pool_size=7, router_pool='leading')
 mita_vit_t = dict(
-    whitebox_vit, embed_dims=192, num_layers=12, ffn_cfg=mlp,
-    norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True),
-    patch_bias=True, interpolate_mode='bilinear',
-    attn_cfg=dict(mita, num_heads=3),
-    init_cfg=dict(type='Pretrained',
-                  checkpoint='pretrain/vit_tiny_patch16_384_white-box.pth'))
-mita_vit_s = dict(
-    mita_vit_t, embed_dims=384, attn_cfg=dict(mita, num_heads=6),
-    init_cfg=dict(type='Pretrained',
-                  checkpoint='pretrain/vit_small_patch16_384_white-box.pth'))
+    cbsa_vit_t, norm_cfg=dict(type='LN', eps=1e-5, requires_grad=True),
+    interpolate_mode='bilinear', attn_cfg=dict(mita, num_heads=3))
+mita_vit_s = dict(cbsa_vit_s, norm_cfg=mita_vit_t['norm_cfg'],
+                  interpolate_mode='bilinear',
+                  attn_cfg=dict(mita, num_heads=6))

@@ -1,6 +1,7 @@
 """The GPU smoke check: its whole plan as a dry run on the CPU (every
-model in every precision, the DDP run as 2 gloo processes), and that plan
-being the GPU's apart from its sizes."""
+model in every precision, the DDP run as 2 gloo processes), that plan
+being the GPU's apart from its sizes, and a check that cannot pass
+without what it checks: no GPU is exit status 2, one GPU no DDP row."""
 import json
 import math
 import subprocess
@@ -9,13 +10,16 @@ import sys
 import pytest
 import torch
 
+from _helpers import run_tool
+
 from mmseg_whitebox.analysis.benchmark import plan_differences
 from mmseg_whitebox.analysis.gpu_smoke import (DRY_RUN_PLAN, EXPLICIT,
                                                GPU_PLAN, PRECISIONS, REPORT,
                                                RESULTS, SIZE_FIELDS,
-                                               SMOKE_CONFIGS, first_error,
-                                               missing_gpu,
+                                               DDP_ONE_GPU, SMOKE_CONFIGS,
+                                               first_error,
                                                precision_problem,
+                                               report_markdown, run_ddp,
                                                run_gpu_smoke)
 
 
@@ -116,7 +120,36 @@ def test_gpu_plan_is_refused_on_a_cpu(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
-def test_without_a_gpu_the_tool_says_so_in_one_line():
-    assert missing_gpu('cpu') is None
-    message = missing_gpu('cuda')
-    assert message.startswith('no GPU') and '\n' not in message
+def test_without_a_gpu_the_tool_stops_with_exit_status_2(tmp_path):
+    """``--device cuda`` (and the default, which is cuda) on a machine
+    without a GPU: one line and exit status 2, as tools/train.py and
+    tools/test.py, and nothing written; from Python an InputError."""
+    for device in ([], ['--device', 'cuda']):
+        proc = run_tool(['tools/analysis_tools/gpu_smoke.py', '--out',
+                         str(tmp_path / 'out')] + device, check=False)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert lines[-1].startswith('gpu_smoke.py: error: ') and \
+            '--device cuda: this machine has no CUDA device' in lines[-1]
+        assert '--dry-run' in lines[-1] and 'use --device cpu' not in \
+            lines[-1]
+        assert not (tmp_path / 'out').exists()
+    with pytest.raises(ValueError, match='no CUDA device'):
+        run_gpu_smoke(str(tmp_path / 'x'))
+    assert not (tmp_path / 'x').exists()
+
+
+def test_ddp_row_on_one_gpu_is_skipped(tmp_path, monkeypatch):
+    """One visible GPU: world size 1 would compare a rank with itself, so
+    no DDP run starts and the row says so; it is not a failure."""
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    monkeypatch.setattr(subprocess, 'Popen', None)  # nothing is launched
+    row = run_ddp(GPU_PLAN, torch.device('cuda'), 0, '', str(tmp_path),
+                  10.0)
+    assert row['status'] == DDP_ONE_GPU and row['processes'] == 1
+    assert DDP_ONE_GPU.startswith('skipped: one GPU')
+    assert not (tmp_path / 'ddp.log').exists()
+    text = report_markdown(dict(gpu='GPU', torch='x', date='d'), GPU_PLAN,
+                           [dict(model='cbsa', precision='float32',
+                                 status='ok')], row)
+    assert 'All checks passed (DDP skipped: one GPU).' in text

@@ -22,8 +22,13 @@ under each attention module: flash, memory-efficient, cudnn or math, and
 "explicit matmul" for an attention that does not call
 ``F.scaled_dot_product_attention``, such as mmcv's ``MultiheadAttention``
 with its weights returned). Then one DDP run of :attr:`SmokePlan.ddp_model`
-over all visible GPUs (``torchrun``, NCCL), its losses finite and its
-parameters equal across ranks after the steps. Writes ``gpu_smoke.md``
+over all visible GPUs (``torchrun`` on 127.0.0.1 with a free port, NCCL),
+its losses finite and its parameters equal across ranks after the steps;
+it needs 2 GPUs or more (with one, "equal across ranks" would compare a
+rank with itself), and says ``skipped: one GPU`` otherwise. A CUDA device
+torch cannot see is an :class:`~mmseg_whitebox.utils.tool_error.InputError`
+(exit status 2, as ``tools/train.py --device cuda``), not a report.
+Writes ``gpu_smoke.md``
 (the tables, headed by the device name, torch version and date) and
 ``gpu_smoke.json``.
 
@@ -69,9 +74,10 @@ import torch.nn as nn
 
 from mmseg_whitebox.utils.atomic import write_json, write_text
 from mmseg_whitebox.utils.distributed import free_port
-from mmseg_whitebox.utils.tool_error import InputError
-from .benchmark import (Benchmark, build_models, missing_gpu_line,
-                        prepare_run, project_configs, start_report)
+from mmseg_whitebox.utils.input_checks import check_device
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
+from .benchmark import (Benchmark, build_models, prepare_run,
+                        project_configs, start_report)
 from .decoder_benchmark import HEAD_CONFIGS
 from .report import results_table
 from .train_step_benchmark import TRAIN_CONFIGS
@@ -97,6 +103,13 @@ SDPA_BACKENDS = {
 }
 #: the prefix of the profiler ranges that mark an attention module's call
 SITE_RANGE = 'gpu_smoke_site:'
+#: the DDP row's status on a machine with one GPU: one rank proves nothing
+DDP_ONE_GPU = ('skipped: one GPU (DDP needs 2 or more: with one rank, '
+               '"parameters equal across ranks" compares a rank with '
+               'itself)')
+#: what to do without a GPU (the --device check's advice)
+NO_GPU_REMEDY = ('run it on a machine with a GPU, or pass --dry-run for '
+                 'the same plan on the CPU at tiny sizes')
 
 #: Segmenter's linear head is published on ViT-S only (mmseg ships it so);
 #: the smoke check runs that head on the ViT-T of
@@ -173,10 +186,24 @@ DRY_RUN_PLAN = replace(
                 'iterations of one 64x64 crop each'))
 
 
-def missing_gpu(device: str) -> Optional[str]:
-    """The one line to print instead of a check when ``device`` is a CUDA
-    device torch cannot see (None when it can)."""
-    return missing_gpu_line(device, 'there is nothing to check')
+def check_gpu(device: str) -> None:
+    """``device`` is a CUDA device torch sees: the check of ``--device``
+    (:func:`~mmseg_whitebox.utils.input_checks.check_device`, which
+    ``tools/train.py`` and ``tools/test.py`` stop with, exit 2), here also
+    for the tool's default ``cuda``; an :class:`InputError` otherwise."""
+    if torch.device(device).type != 'cuda':
+        raise InputError(f'the GPU smoke check on {device!r}: give a '
+                         'CUDA device, or --dry-run for the tiny CPU run')
+    try:
+        check_device(device, NO_GPU_REMEDY)
+    except ToolError as exc:
+        raise InputError(str(exc)) from None
+
+
+def passes(status: str) -> bool:
+    """Whether a row's status is not a failure: ok, a precision the device
+    cannot run, or the DDP row skipped on one GPU."""
+    return status == 'ok' or status.startswith(('unavailable', 'skipped'))
 
 
 # ----------------------------------------------------------- the precisions
@@ -562,13 +589,17 @@ def run_ddp(plan: SmokePlan, device: torch.device, seed: int,
     or ``plan.ddp_processes`` CPU processes (gloo), each training
     ``plan.ddp_model`` (:mod:`.gpu_smoke_ddp`); its losses finite and its
     parameters equal across ranks after the last step. The launch's
-    output is ``ddp.log`` in ``out_dir``."""
+    output is ``ddp.log`` in ``out_dir``. With fewer than 2 processes
+    (one visible GPU) nothing runs: the row says :data:`DDP_ONE_GPU`."""
     processes = plan.ddp_processes or torch.cuda.device_count()
     row: Dict[str, Any] = dict(
         model=plan.ddp_model, processes=processes,
         backend='nccl' if device.type == 'cuda' else 'gloo',
         iterations=plan.ddp_iterations, batch=plan.ddp_batch,
         crop='x'.join(map(str, plan.ddp_crop)))
+    if processes < 2:
+        row['status'] = DDP_ONE_GPU
+        return row
     log = osp.join(out_dir, 'ddp.log')
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, result = osp.join(tmp, 'spec.json'), osp.join(
@@ -585,8 +616,9 @@ def run_ddp(plan: SmokePlan, device: torch.device, seed: int,
                               if p]))
         if device.type == 'cpu':
             env['OMP_NUM_THREADS'] = '1'  # 2 processes share the cores
-        # one node on 127.0.0.1, as tools/dist_train.sh launches: no
-        # c10d rendezvous, whose node names come from DNS (getfqdn)
+        # one node on 127.0.0.1 with a free port (what torchrun's
+        # --standalone picks), as tools/dist_train.sh launches: no c10d
+        # rendezvous, whose node names come from DNS (getfqdn)
         command = [sys.executable, '-m', 'torch.distributed.run',
                    '--nnodes=1', f'--nproc_per_node={processes}',
                    '--master_addr=127.0.0.1', f'--master_port={free_port()}',
@@ -662,8 +694,9 @@ def report_markdown(facts: Dict, plan: SmokePlan, rows: List[Dict],
     """The report: the device, torch and date, the plan, one table of the
     training runs (a row per model and precision) and the DDP row."""
     device = facts.get('gpu') or facts['cpu']
-    passed = all(r['status'] == 'ok' or r['status'].startswith(
-        'unavailable') for r in rows + [ddp])
+    passed = all(passes(r['status']) for r in rows + [ddp])
+    skipped = ' (DDP skipped: one GPU)' if ddp['status'] == DDP_ONE_GPU \
+        else ''
     lines = [f'# GPU smoke check: {device}', '',
              f'{device}, torch {facts["torch"]}, {facts["date"]}; '
              f'{plan.sizes_note}. Every model from the same random weights '
@@ -671,8 +704,8 @@ def report_markdown(facts: Dict, plan: SmokePlan, rows: List[Dict],
              '|last loss - float32\'s| / float32\'s (tolerance '
              f'{LOSS_TOLERANCE:.0%}); "scaler skipped": steps the dynamic '
              'loss scale skipped (its decreases). '
-             + ('All checks passed.' if passed else '**Some checks FAILED**'
-                ' (see the note column).'), '',
+             + (f'All checks passed{skipped}.' if passed else
+                '**Some checks FAILED** (see the note column).'), '',
              '## Training in float32, bfloat16 and float16', '',
              results_table([_row_for_table(r) for r in rows],
                            _SMOKE.columns), '',
@@ -687,16 +720,15 @@ def run_gpu_smoke(out_dir: str, device: str = 'cuda', dry_run: bool = False,
     """Run :data:`GPU_PLAN` on ``device`` (or :data:`DRY_RUN_PLAN` on the
     CPU with ``dry_run``) and write ``gpu_smoke.md`` and
     ``gpu_smoke.json`` to ``out_dir``; returns ``{machine, plan, rows,
-    ddp, passed}`` (``passed``: every row ``ok`` or unavailable on this
-    device). ``InputError`` for the GPU plan on a CPU (use ``dry_run``)
-    or a CUDA device torch cannot see."""
+    ddp, passed}`` (``passed``: every row ``ok``, unavailable on this
+    device, or the DDP row skipped on one GPU). ``InputError`` for the GPU
+    plan on a CPU (use ``dry_run``) or a CUDA device torch cannot see
+    (:func:`check_gpu`), before anything is written."""
     if dry_run:
         device, plan = 'cpu', DRY_RUN_PLAN
     else:
         plan = GPU_PLAN
-        if torch.device(device).type != 'cuda':
-            raise InputError(f'the GPU smoke check on {device!r}: give a '
-                             'CUDA device, or --dry-run for the tiny CPU run')
+        check_gpu(device)
     dev, _ = prepare_run(device, None, None)
     root = config_root or project_configs()
     with start_report(out_dir, dev, f'GPU smoke check: {plan.sizes_note}',
@@ -715,8 +747,7 @@ def run_gpu_smoke(out_dir: str, device: str = 'cuda', dry_run: bool = False,
         ddp = run_ddp(plan, dev, seed, root, out_dir, ddp_timeout)
         print(f'  {ddp["processes"]} processes ({ddp["backend"]}): '
               f'{ddp["status"]}', flush=True)
-        passed = all(r['status'] == 'ok' or r['status'].startswith(
-            'unavailable') for r in rows + [ddp])
+        passed = all(passes(r['status']) for r in rows + [ddp])
         report = dict(machine=facts, plan=asdict(plan),
                       tolerance=LOSS_TOLERANCE, rows=rows, ddp=ddp,
                       passed=passed,

@@ -50,13 +50,22 @@ class DeviceAction(argparse.Action):
     """``--device``: a device this machine has
     (:func:`~mmseg_whitebox.utils.input_checks.check_device`), refused as
     an argparse error when it is given; a tool's default is its own
-    (e.g. ``cuda`` for a GPU report, checked where the tool needs it)."""
+    (e.g. ``cuda`` for a GPU report, checked where the tool needs it).
+    ``remedy``: what to do instead, where not ``--device cpu``."""
+
+    def __init__(self, *args: Any, remedy: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.remedy = remedy
 
     def __call__(self, parser: argparse.ArgumentParser,
                  namespace: argparse.Namespace, values: Any,
                  option_string: Optional[str] = None) -> None:
         try:
-            check_device(values)
+            if self.remedy:
+                check_device(values, self.remedy)
+            else:
+                check_device(values)
         except ToolError as exc:
             raise argparse.ArgumentError(self, str(exc)) from exc
         setattr(namespace, self.dest, values)
@@ -65,13 +74,15 @@ class DeviceAction(argparse.Action):
 def add_device_arg(parser: argparse.ArgumentParser,
                    default: Optional[str] = 'cpu',
                    help: Optional[str] = None,
-                   choices: Optional[Sequence[str]] = None) -> None:
+                   choices: Optional[Sequence[str]] = None,
+                   remedy: Optional[str] = None) -> None:
     """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``;
     ``choices``: the ones a tool takes), for every tool that has one
-    (:class:`DeviceAction`)."""
+    (:class:`DeviceAction`; ``remedy``: its advice for a device this
+    machine lacks, where ``--device cpu`` is not the answer)."""
     parser.add_argument(
         '--device', default=default, action=DeviceAction,
-        choices=list(choices) if choices else None,
+        choices=list(choices) if choices else None, remedy=remedy,
         help=help or f'cpu, cuda or cuda:N (default: {default})')
 
 

@@ -28,8 +28,11 @@ POSITIVE_MODEL_KEYS = ('num_classes', 'embed_dims', 'num_heads', 'channels',
 MIN_IMAGE_PIXELS = 2
 
 
-def check_device(device: Optional[str]) -> None:
-    """``device`` (``cpu``, ``cuda``, ``cuda:N``) exists on this machine."""
+def check_device(device: Optional[str],
+                 remedy: str = 'use --device cpu or run on a machine with '
+                 'that GPU') -> None:
+    """``device`` (``cpu``, ``cuda``, ``cuda:N``) exists on this machine;
+    ``remedy``: what the message tells a user whose machine lacks it."""
     if device is None:
         return
     import torch
@@ -46,8 +49,7 @@ def check_device(device: Optional[str]) -> None:
         from .device import cuda_seen
         have = f'{count} CUDA device(s)' if count else 'no CUDA device'
         raise ToolError(f'--device {device}: this machine has {have} '
-                        f'({cuda_seen()}); use --device cpu or run on a '
-                        'machine with that GPU')
+                        f'({cuda_seen()}); {remedy}')
 
 
 def check_writable_folder(folder: str, option: str,

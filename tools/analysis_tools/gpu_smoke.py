@@ -12,13 +12,14 @@ mmengine's AmpOptimWrapper (dynamic loss scale) in bfloat16 and float16,
 from the same weights on the same batches. Checks that every loss is
 finite and the last one within 5% of float32's, and reports how many
 steps the loss scaler skipped and which scaled-dot-product kernel each
-attention ran; then one DDP run (torchrun, one process per visible GPU).
-Writes DIR/gpu_smoke.md (the tables, with the device name, torch version
-and date), DIR/gpu_smoke.json and DIR/ddp.log; exits 1 when a check
-failed. Meant to take under 5 minutes on one current GPU. Without a GPU it
-says so in one line and exits 0; --dry-run runs the same plan on the CPU
-at tiny sizes (DDP as 2 gloo processes). See docs/benchmarks.md ("GPU
-smoke check").
+attention ran; then one DDP run (torchrun, one process per visible GPU;
+with one GPU the row says "skipped: one GPU"). Writes DIR/gpu_smoke.md
+(the tables, with the device name, torch version and date),
+DIR/gpu_smoke.json and DIR/ddp.log; exits 1 when a check failed. Meant to
+take under 5 minutes on one current GPU. Without a GPU it stops with one
+line, exit status 2 (as tools/train.py --device cuda); --dry-run runs the
+same plan on the CPU at tiny sizes (DDP as 2 gloo processes). See
+docs/benchmarks.md ("GPU smoke check").
 """
 import argparse
 
@@ -31,7 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     add_out_arg(p, 'folder for gpu_smoke.md, gpu_smoke.json and ddp.log',
                 required=True)
-    add_device_arg(p, 'cuda', 'cuda or cuda:N (default: cuda)')
+    from mmseg_whitebox.analysis.gpu_smoke import NO_GPU_REMEDY
+    add_device_arg(p, 'cuda', 'cuda or cuda:N (default: cuda)',
+                   remedy=NO_GPU_REMEDY)
     p.add_argument('--dry-run', action='store_true',
                    help='the same plan on the CPU at tiny sizes')
     return p.parse_args(argv)
@@ -39,13 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from mmseg_whitebox.analysis.gpu_smoke import (REPORT, missing_gpu,
-                                                   run_gpu_smoke)
+    from mmseg_whitebox.analysis.gpu_smoke import REPORT, run_gpu_smoke
     from mmseg_whitebox.utils.tool_error import CheckFailedError
-    missing = None if args.dry_run else missing_gpu(args.device)
-    if missing:
-        print(missing)
-        return
     report = run_gpu_smoke(args.out, args.device, args.dry_run)
     print(f'\nwritten to {args.out}: {REPORT}, gpu_smoke.json, ddp.log')
     if not report['passed']:  # exit 1, one line

@@ -250,8 +250,26 @@ class CBSA(SubspaceAttention):
         """Contraction among the representatives ``(B, K, m, p)``, eq. (8):
         self-attention with query = key = value = ``U_k^T Q``. With the
         tokens themselves as representatives (Sec. 3.3) this is MSSA's
-        attention."""
-        return F.scaled_dot_product_attention(q, q, q, scale=self.scale)
+        attention.
+
+        Under a float16 autocast it runs in float32: ``U_k^T Q`` is the
+        pooled coordinates plus ``eta_k`` (drawn N(0, 1)) times the
+        gathered ones, and its self-similarities ``|U_k^T q|^2 / sqrt(p)``
+        reach 2e4 to 8e4 from tokens whose subspace coordinates are about
+        30 (p = 100, four initialisations), past float16's 65504 where
+        scaled-dot-product attention's math path forms them in float16
+        (CUDA's math kernel before torch 2.5, or with
+        ``allow_fp16_bf16_reduction_math_sdp(True)``): inf, then NaN. An
+        ``m x m`` product: the float32 costs nothing that shows
+        (tests/test_attention_overflow.py).
+        """
+        if not precision.float16_autocast(q):
+            return F.scaled_dot_product_attention(q, q, q, scale=self.scale)
+        with precision.autocast_off(q):
+            q32 = q.float()
+            out = F.scaled_dot_product_attention(q32, q32, q32,
+                                                 scale=self.scale)
+        return out.to(q.dtype)
 
     def extra_repr(self) -> str:
         text = super().extra_repr() + f', rep_grid={self.rep_grid}'

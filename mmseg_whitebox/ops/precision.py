@@ -14,10 +14,31 @@ the loss scaler (it happens in the forward pass):
   above 256, or sums over many tokens, overflow.
 
 Those two are computed in float32 under a float16 autocast
-(``tests/test_mixed_precision.py`` shows the NaN without it). The softmax
-attentions computed by ``F.scaled_dot_product_attention`` (MSSA, MHSA,
-QKVCBSA, CBSA's contraction) need nothing: on the same inputs its fused
-CPU kernel, which accumulates the similarities in float32, stays finite.
+(``tests/test_mixed_precision.py`` shows the NaN without it), and so is
+CBSA's contraction among its representatives (below).
+
+The softmax attentions computed by ``F.scaled_dot_product_attention``
+(MSSA, CrossMSSA, MHSA, QKVCBSA, CBSA's contraction) depend on the
+backend it picks. The fused kernels (CPU flash; CUDA flash,
+memory-efficient, cuDNN) accumulate the similarities in float32. The math
+path (CUDA's math kernel, taken where no fused kernel takes the shapes or
+when asked for; CPU attention on torch 2.1) forms ``Q K^T`` in the
+inputs' dtype after scaling ``q`` and ``k`` by ``sqrt(scale)`` each,
+unless torch >= 2.5 upcasts it to float32 (its default; not with
+``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``). So a
+similarity overflows there only when the scaled logit itself passes
+65504. ``tests/test_attention_overflow.py`` runs every operator on that
+path in float16 and bfloat16, with tokens whose query coordinates have a
+mean square of 1e2 and 1e3 (features of a few tens; unscaled ``q . k``
+up to about 1e5): everything stays finite but CBSA's contraction, whose
+representatives (pooled plus ``eta`` times gathered coordinates) reach
+self-similarities of 2e4-8e4, hence its float32 step (an ``m x m``
+product). MSSA's self-similarities ``|U_k^T z|^2 / sqrt(p)`` pass 65504
+from a mean square between 3e3 and 5e3 (coordinates of 55 to 70), and
+CrossMSSA's where its queries are as close to the tokens: on that path
+both then overflow in float16 (the fused CPU kernel and bfloat16 do not). A
+limit left as it is: their ``N x N`` attention in float32 would give up
+the fused float16 kernels wherever they run.
 Without autocast, and under a bfloat16 one, the operators compute exactly
 as before.
 """

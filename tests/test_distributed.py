@@ -133,29 +133,67 @@ def ranks_last_line(out: str) -> str:
     return line
 
 
-@pytest.mark.slow
 def test_launch_without_gpu_stops_before_any_work(tmp_path):
-    """No CUDA and no --device cpu: every rank stops before the Runner
-    (nothing trained, no work dir), and the script's last line is the
-    ranks' one, exit 2. The script starts with the Python of the active
-    virtualenv and says what it runs with."""
+    """No CUDA and no --device cpu: the script stops before torchrun
+    starts (nothing trained, no work dir), with one line naming GPUS,
+    exit 2, for training and testing alike. The script starts with the
+    Python of the active virtualenv and says what it runs with."""
     venv = fake_env(tmp_path, 'venv', sys.executable)
     work_dir = tmp_path / 'work'
-    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, str(NPROC),
-                          '--work-dir', str(work_dir)], check=False,
-                         **without_python_choice(VIRTUAL_ENV=venv))
-    assert rc == 2, out[-6000:]
+    checkpoint = tmp_path / 'iter_1.pth'
+    checkpoint.write_bytes(b'')
     python = osp.join(venv, 'bin', 'python')
-    assert out.splitlines()[0] == (
-        f'dist_train.sh: Python {python} (from VIRTUAL_ENV): torch '
-        f'{torch.__version__}, CUDA {torch.version.cuda or "none"}, 0 CUDA '
-        "device(s) visible (CUDA_VISIBLE_DEVICES='')")
-    line = ranks_last_line(out)
-    assert line.startswith('train.py: error: --launcher pytorch without '
-                           '--device: no CUDA device is visible (torch '), out
-    assert "CUDA_VISIBLE_DEVICES='', 0 CUDA device(s)" in line
-    assert 'pass --device cpu' in line
-    assert 'Iter(train)' not in out and not work_dir.exists()
+    seen = (f'torch {torch.__version__}, CUDA {torch.version.cuda or "none"}'
+            ", 0 CUDA device(s) visible (CUDA_VISIBLE_DEVICES='')")
+    for script, args in (('dist_train.sh', [DEMO_SEGMENTER]),
+                         ('dist_test.sh', [DEMO_SEGMENTER, str(checkpoint)])):
+        rc, out = run_script([f'tools/{script}'] + args + [
+            str(NPROC), '--work-dir', str(work_dir)], check=False,
+            **without_python_choice(VIRTUAL_ENV=venv))
+        assert rc == 2, out[-6000:]
+        assert out.splitlines()[0] == \
+            f'{script}: Python {python} (from VIRTUAL_ENV): {seen}'
+        assert last_line(out) == (
+            f'{script}: error: GPUS={NPROC}: one process per GPU, but torch '
+            f'sees no CUDA device ({seen}), and a launched run does not '
+            'fall back to the CPU unasked. For CPU processes (gloo) add '
+            '--device cpu; for GPUs install a CUDA build of torch or check '
+            'the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES'), out
+        assert len(out.strip().splitlines()) == 2, out
+        assert not work_dir.exists()
+
+
+def test_more_processes_than_visible_gpus_stop_in_the_script(tmp_path):
+    """GPUS larger than the GPUs torch sees (a Python that reports one):
+    one line, exit 2, before torchrun (which would die in
+    torch.cuda.set_device); GPUS=1 passes the check (and reaches that
+    Python's torchrun, which fails here)."""
+    fake = tmp_path / 'one-gpu' / 'bin'
+    fake.mkdir(parents=True)
+    (fake / 'python').write_text(
+        '#!/bin/sh\n'
+        'if [ "$1" = -c ]; then echo "torch 9.9, CUDA 12.1, 1 CUDA '
+        'device(s) visible (CUDA_VISIBLE_DEVICES=unset)"; exit 0; fi\n'
+        'echo "torchrun $*"; exit 1\n')
+    (fake / 'python').chmod(0o755)
+    env = dict(PYTHON=str(fake / 'python'))
+    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, '8'],
+                         check=False, **env)
+    assert rc == 2, out
+    assert last_line(out) == (
+        'dist_train.sh: error: GPUS=8: one process per GPU, but torch sees '
+        '1 CUDA device(s) on this node (torch 9.9, CUDA 12.1, 1 CUDA '
+        'device(s) visible (CUDA_VISIBLE_DEVICES=unset)): give GPUS=1 or '
+        'fewer, make more GPUs visible (CUDA_VISIBLE_DEVICES), or add '
+        '--device cpu for CPU processes (gloo)'), out
+    assert 'torchrun' not in out
+    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, '1'],
+                         check=False, **env)
+    assert rc == 1 and 'torchrun -m torch.distributed.run' in out, out
+    # CPU processes are not limited by the GPUs
+    rc, out = run_script(['tools/dist_train.sh', DEMO_SEGMENTER, '8',
+                          '--device', 'cpu'], check=False, **env)
+    assert rc == 1 and '--nproc_per_node=8' in out, out
 
 
 def test_unreachable_pretrained_weights_stop_every_rank(tiny_ade, tmp_path):

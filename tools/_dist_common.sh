@@ -21,7 +21,8 @@ find_python() {
 }
 
 # One line on stderr: the Python, its torch and the CUDA devices the
-# processes start with (exit 2 when that Python has no torch).
+# processes start with (exit 2 when that Python has no torch); what torch
+# sees goes into SEEN, the number of visible CUDA devices into GPUS_SEEN.
 describe_python() {
     local seen
     seen=$("$PY" -c '
@@ -33,6 +34,23 @@ print("torch %s, CUDA %s, %d CUDA device(s) visible (CUDA_VISIBLE_DEVICES=%s)"
          "unset" if v is None else repr(v)))' 2>/dev/null) ||
         fail "no Python with torch found (tried '${PY:-python3}' from $PY_FROM); run \`make install\`, activate the environment that has torch, or set PYTHON=/path/to/venv/bin/python"
     echo "$PROG: Python $PY (from $PY_FROM): $seen" >&2
+    SEEN=$seen
+    GPUS_SEEN=0
+    if [[ $seen =~ ,\ ([0-9]+)\ CUDA\ device ]]; then
+        GPUS_SEEN=${BASH_REMATCH[1]}
+    fi
+}
+
+# check_gpus: one process per GPU needs NPROC visible GPUs on this node;
+# fewer would die in torch.cuda.set_device with a traceback (not checked
+# for CPU processes, --device cpu)
+check_gpus() {
+    [ -n "${CPU_PROCESSES:-}" ] && return 0
+    [ "$NPROC" -le "${GPUS_SEEN:-0}" ] && return 0
+    if [ "${GPUS_SEEN:-0}" -eq 0 ]; then
+        fail "GPUS=$NPROC: one process per GPU, but torch sees no CUDA device ($SEEN), and a launched run does not fall back to the CPU unasked. For CPU processes (gloo) add --device cpu; for GPUs install a CUDA build of torch or check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES"
+    fi
+    fail "GPUS=$NPROC: one process per GPU, but torch sees $GPUS_SEEN CUDA device(s) on this node ($SEEN): give GPUS=$GPUS_SEEN or fewer, make more GPUs visible (CUDA_VISIBLE_DEVICES), or add --device cpu for CPU processes (gloo)"
 }
 
 # The environment variables both scripts read, for their --help.
@@ -45,9 +63,10 @@ DIST_ENV_HELP='environment:
                 concurrent runs)
   NNODES, NODE_RANK, MASTER_ADDR   multi-node runs (defaults 1, 0, 127.0.0.1)
 
-devices: one process per GPU (NCCL). Without a visible GPU the processes
-stop at once unless ARGS has --device cpu: then they run on the CPU and
-communicate with gloo (GPUs, if any, are hidden from them).'
+devices: one process per GPU (NCCL); GPUS larger than the number of GPUs
+torch sees on this node (0 without one) stops the script before torchrun,
+exit 2, unless ARGS has --device cpu: then GPUS processes run on the CPU
+and communicate with gloo (GPUs, if any, are hidden from them).'
 
 # parse_count COUNT WHAT ARGS...: --help, then at least COUNT arguments
 # (WHAT names them; needs usage()); shared with tools/_slurm_common.sh
@@ -82,12 +101,15 @@ check_nproc() {
 
 # hide_gpus_for_cpu ARGS...: with --device cpu among the tool's arguments,
 # CUDA_VISIBLE_DEVICES='' for the processes (CUDA hidden before it starts)
+# and CPU_PROCESSES=1
 hide_gpus_for_cpu() {
     local arg previous=
+    CPU_PROCESSES=
     for arg in "$@"; do
         if [ "$arg" = --device=cpu ] ||
             { [ "$previous" = --device ] && [ "$arg" = cpu ]; }; then
             export CUDA_VISIBLE_DEVICES=
+            CPU_PROCESSES=1
         fi
         previous=$arg
     done
@@ -103,6 +125,7 @@ launch() {
     find_python
     hide_gpus_for_cpu "$@"
     describe_python
+    check_gpus
     errors=$(mktemp "${TMPDIR:-/tmp}/mmseg_whitebox-errors.XXXXXX") ||
         fail "cannot create a temporary file in ${TMPDIR:-/tmp}"
     MMSEG_WHITEBOX_ERROR_FILE=$errors \

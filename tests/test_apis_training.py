@@ -173,6 +173,41 @@ def test_auto_scale_lr_scales_the_lr_to_the_world_batch(tmp_path):
         enable_auto_scale_lr(Config(dict(optim_wrapper=dict())))
 
 
+def test_auto_scale_lr_resume_on_another_world_batch_is_refused(
+        tiny_ade, tmp_path):
+    """--auto-scale-lr with --resume: mmengine scales the fresh optimizer's
+    learning rate to the new world batch and logs so, then loads the
+    checkpoint's optimizer and scheduler state, which keeps the old one.
+    A checkpoint trained at world batch 2 (lr x 2/4) resumed at world batch
+    1 is refused before any step, one line naming --auto-scale-lr; at its
+    own world batch it resumes."""
+    import pytest
+    from mmengine.config import Config
+    from mmseg_whitebox.utils.tool_error import InputError
+
+    def config(batch: int, iters: int) -> Config:
+        parser = argparse.ArgumentParser()
+        add_cfg_options_arg(parser)
+        options = parser.parse_args(['--cfg-options'] + small_run_options(
+            tiny_ade, iters=iters, batch_size=batch) + [
+                'auto_scale_lr.base_batch_size=4'])
+        return runner_config(DEMO_SEGMENTER, options.cfg_options,
+                             str(tmp_path))
+
+    train_model(config(2, 2), auto_scale_lr=True)
+    with pytest.raises(InputError) as refused:
+        train_model(config(1, 4), resume=True, auto_scale_lr=True)
+    line = str(refused.value)
+    assert line.startswith('--auto-scale-lr with --resume: ') and \
+        'iter_2.pth' in line and '\n' not in line, line
+    assert 'was trained at learning rate 0.0005, --auto-scale-lr sets ' \
+        "0.00025 for this run's world batch of 1" in line, line
+    assert '(2 by its learning rate)' in line, line
+    assert not (tmp_path / 'iter_4.pth').exists()
+    train_model(config(2, 4), resume=True, auto_scale_lr=True)
+    assert (tmp_path / 'iter_4.pth').exists()
+
+
 def test_train_tool_passes_auto_scale_lr(tmp_path):
     """tools/train.py --auto-scale-lr reaches train_model: on a config
     without a base batch size it stops with the one-line error, exit 2,

@@ -4,7 +4,8 @@ a Runner loads a checkpoint (``tools/test.py``, ``tools/noise_robustness.py``
 and ``tools/train.py --resume``)."""
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Iterator, Tuple
 
 from mmengine.hooks import Hook
 from mmseg.registry import HOOKS
@@ -49,12 +50,65 @@ class CheckpointCheckHook(Hook):
                          self.partial_flag, self.nonfinite_flag)
 
 
+def _resumed_from(runner: Any) -> str:
+    from mmengine.runner import find_latest_checkpoint
+    return runner.cfg.get('load_from') or find_latest_checkpoint(
+        runner.work_dir)
+
+
+def _base_lrs(runner: Any, checkpoint: dict
+              ) -> Iterator[Tuple[float, float]]:
+    """Per parameter group: the learning rate this run set up (after
+    mmengine's ``scale_lr``) and the checkpoint's, each the schedule's
+    base (``initial_lr``, else ``lr``)."""
+    wrapper, state = runner.optim_wrapper, checkpoint.get('optimizer', {})
+    pairs = ([(w, state.get(name, {}))
+              for name, w in wrapper.optim_wrappers.items()]
+             if hasattr(wrapper, 'optim_wrappers') else [(wrapper, state)])
+    for w, saved in pairs:
+        for now, then in zip(w.optimizer.param_groups,
+                             saved.get('param_groups', [])):
+            yield (now.get('initial_lr', now['lr']),
+                   then.get('initial_lr', then['lr']))
+
+
+def check_scaled_lr(runner: Any, checkpoint: dict) -> None:
+    """``--auto-scale-lr`` with ``--resume``: refuse a checkpoint whose
+    learning rate is not the one ``--auto-scale-lr`` sets for this run's
+    world batch (another number of processes or another batch size than
+    the run that wrote it). mmengine scales the learning rate of the
+    freshly built optimizer and logs so, then resuming loads the
+    optimizer's and the schedulers' state, which keeps the checkpoint's
+    learning rate for the rest of the run."""
+    scaling = getattr(runner, 'auto_scale_lr', None) or {}
+    if not scaling.get('enable', False):
+        return
+    for new, old in _base_lrs(runner, checkpoint):
+        if math.isclose(new, old, rel_tol=1e-6, abs_tol=0.0):
+            continue
+        loader = runner.train_dataloader  # what scale_lr reads
+        batch = runner.world_size * loader.batch_size
+        base = scaling['base_batch_size']
+        raise InputError(
+            f'--auto-scale-lr with --resume: {_resumed_from(runner)!r} was '
+            f'trained at learning rate {old:.6g}, --auto-scale-lr sets '
+            f'{new:.6g} for this run\'s world batch of {batch} '
+            f'({runner.world_size} process(es) x batch '
+            f'{loader.batch_size}, base_batch_size {base}), and resuming '
+            'would keep the checkpoint\'s learning rate (its optimizer '
+            'state). Resume with the world batch it was trained with '
+            f'({batch * old / new:.6g} by its learning rate), or without '
+            '--auto-scale-lr to go on at its learning rate')
+
+
 @HOOKS.register_module()
 class ResumeCheckHook(Hook):
     """``--resume``: the checkpoint resumed from must be of this model. A
     work dir reused for another config otherwise fails in mmengine's
     optimizer load (``loaded state dict has a different number of parameter
-    groups``) after the weights were loaded partially."""
+    groups``) after the weights were loaded partially. With
+    ``--auto-scale-lr`` its learning rate must also be this run's
+    (:func:`check_scaled_lr`)."""
 
     priority = 'LOWEST'
 
@@ -62,10 +116,9 @@ class ResumeCheckHook(Hook):
         missing, unexpected, mismatched = compare_state_dict(
             runner.model, state_dict_of(checkpoint))
         if not (missing or unexpected or mismatched):
+            check_scaled_lr(runner, checkpoint)
             return
-        from mmengine.runner import find_latest_checkpoint
-        source = runner.cfg.get('load_from') or find_latest_checkpoint(
-            runner.work_dir)
+        source = _resumed_from(runner)
         counts = ', '.join(f'{len(keys)} {what}' for keys, what in (
             (mismatched, 'of another shape'), (missing, 'missing'),
             (unexpected, 'not in the model')) if keys)

@@ -3,14 +3,19 @@ trains: the demo's default setting, in which the decoder's attention has
 to gather whatever context the task needs."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 
+from mmseg_whitebox.utils.tool_error import InputError
+
 #: the parameters frozen: the segmentor's ``backbone`` (its encoder)
 BACKBONE_PREFIX = 'backbone.'
+#: the config setting that freezes the encoder when it is built (mmseg's
+#: ``VisionTransformer`` and ``WhiteBoxViT``)
+BUILD_TIME_FREEZE = 'model.backbone.frozen_exclude=[]'
 
 
 @HOOKS.register_module()
@@ -21,9 +26,32 @@ class FreezeBackboneHook(Hook):
     ``PolyLR`` lifts a 0 learning rate towards its ``eta_min`` (1e-5 in
     the demo schedule). Without gradients AdamW skips the parameters, and
     the backward pass stops at the encoder, which also makes training
-    cheaper. Runs after the weights are initialised (``before_train``)."""
+    cheaper. Runs after the weights are initialised (``before_train``).
+
+    One process only: a distributed run's Runner wraps the model in DDP
+    when it is built, before any hook runs, and DDP would keep reducing
+    the encoder's gradients (step 1's never come, the ranks diverge, step
+    2 fails). There, freeze the encoder at build (:data:`BUILD_TIME_FREEZE`);
+    the hook then only confirms it, and refuses (``before_run``, one
+    line) a wrapped model whose encoder still has trainable parameters.
+    """
 
     priority = 'VERY_HIGH'
+
+    def before_run(self, runner: Any) -> None:
+        if not is_model_wrapper(runner.model):
+            return
+        trainable = trainable_backbone_parameters(runner.model.module)
+        if trainable:
+            raise InputError(
+                'FreezeBackboneHook cannot freeze the encoder of a '
+                f'distributed run: {type(runner.model).__name__} wrapped the '
+                'model when it was built, with the encoder\'s '
+                f'{len(trainable)} trainable parameters registered for '
+                'gradient reduction; '
+                'freeze it at build instead: --cfg-options '
+                f'{BUILD_TIME_FREEZE} (mmseg\'s ViT and WhiteBoxViT; another '
+                'backbone: its own freezing setting)')
 
     def before_train(self, runner: Any) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) \
@@ -31,6 +59,13 @@ class FreezeBackboneHook(Hook):
         frozen = freeze_backbone(model)
         runner.logger.info(f'FreezeBackboneHook: {frozen} encoder '
                            'parameters frozen at their initialisation')
+
+
+def trainable_backbone_parameters(model: Any) -> List[str]:
+    """The names of ``model``'s ``backbone.`` parameters that still
+    require gradients."""
+    return [name for name, param in model.named_parameters()
+            if name.startswith(BACKBONE_PREFIX) and param.requires_grad]
 
 
 def freeze_backbone(model: Any) -> int:

@@ -117,6 +117,12 @@ class WhiteBoxViT(VisionTransformer):
         frozen_stages: freeze the patch embedding, CLS token and position
             embedding (stage 0) and the first ``frozen_stages`` layers;
             -1 freezes nothing.
+        frozen_exclude: as mmseg's ``VisionTransformer`` (a ``**kwargs``
+            entry): ``['all']`` (default) freezes nothing, ``[]`` every
+            encoder parameter, other names (substrings of parameter names)
+            stay trainable. Applied when the encoder is built, after its
+            layers and stem, so that DDP, which wraps the model right after
+            it is built, registers only the trainable parameters.
         init_std: passed to the operators that take it.
         weight_init: the initialisation without pretrained weights, as the
             released factory of the encoder draws it (:meth:`init_weights`):
@@ -176,6 +182,9 @@ class WhiteBoxViT(VisionTransformer):
         self.frozen_stages = frozen_stages
         self.weight_init = weight_init
         self._freeze_stages()
+        # mmseg's VisionTransformer froze (frozen_exclude) before our stem
+        # and layers existed
+        self._freeze()
         # the CLS token, expanded to the batch and concatenated with the
         # patches, would get a gradient in another layout at one image per
         # process (DDP's stride warning)

@@ -9,7 +9,9 @@ does not have) and its default model wrapper passes
 accepts them for GPU modules). For ``--device cpu``
 :func:`setup_distributed` therefore sets up what mmengine would, through
 the settings the Runner reads: the ``gloo`` backend in
-``env_cfg.dist_cfg``, a ``model_wrapper_cfg`` with ``device_ids=None``,
+``env_cfg.dist_cfg``, a ``model_wrapper_cfg`` with ``device_ids=None``
+(mmengine's wrapper with SyncBN layers, which torch runs on GPUs only,
+reverted to BN as mmengine does for one process),
 and the process group itself (the Runner only initialises one when none
 exists). For ``cuda`` nothing is changed. :func:`run_device` is the whole
 set-up of a run: the decision, the GPUs hidden for ``cpu``
@@ -35,6 +37,9 @@ from .tool_error import ToolError
 #: what torchrun (``python -m torch.distributed.run``) sets for every process
 TORCHRUN_ENV = ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')
 DEFAULT_WRAPPER = 'MMDistributedDataParallel'
+#: mmengine's default wrapper for CPU processes, SyncBN reverted to BN
+#: (registered by ``mmseg_whitebox.engine.model_wrappers``)
+CPU_WRAPPER = 'CPUDistributedDataParallel'
 #: what srun sets for every task, and :func:`slurm_environment` reads
 SLURM_ENV = ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID',
              'SLURM_NODELIST')
@@ -127,6 +132,17 @@ def cpu_model_wrapper_cfg(cfg: Any) -> dict:
     return wrapper
 
 
+def reverting_sync_batchnorm(wrapper: dict) -> dict:
+    """``wrapper`` (a ``model_wrapper_cfg``) with mmengine's default
+    wrapper replaced by :data:`CPU_WRAPPER`, the same with the model's
+    SyncBN layers (which torch runs on GPUs only) reverted to BN first;
+    another wrapper is kept."""
+    from mmengine.model import MMDistributedDataParallel
+    if wrapper['type'] in (DEFAULT_WRAPPER, MMDistributedDataParallel):
+        wrapper = dict(wrapper, type=CPU_WRAPPER)
+    return wrapper
+
+
 def setup_distributed(cfg: Any, device: Optional[str] = None
                       ) -> Optional[str]:
     """Prepare ``cfg`` (with ``cfg.launcher`` set) for a distributed run on
@@ -173,7 +189,8 @@ def setup_distributed(cfg: Any, device: Optional[str] = None
                   "'gloo' (CPU processes)", logger='current')
     dist_cfg['backend'] = 'gloo'
     cfg.env_cfg = dict(env_cfg, dist_cfg=dist_cfg)
-    cfg.model_wrapper_cfg = cpu_model_wrapper_cfg(cfg)
+    cfg.model_wrapper_cfg = reverting_sync_batchnorm(
+        cpu_model_wrapper_cfg(cfg))
 
     from torch import distributed as dist
     if not dist.is_initialized():

@@ -70,7 +70,13 @@ cbt_cbsa = dict(type='CBSA', rep_grid=(16, 16), out_proj='linear',
 # tost_cab_* model); eq. (10) has none
 tost_tssa = dict(type='TSSA', proj_bias=True)
 mlp = dict(type='MLP', mlp_ratio=4)
-cbt_stem = dict(type='ConvPatchStem', norm_cfg=dict(type='BN'))
+# SyncBN: the released stem normalises every convolution with
+# nn.SyncBatchNorm (CBSA repository CBSA_image_classification/models.py:
+# 27-34, conv3x3), so that at one image per GPU (8xb1) the batch and
+# running statistics are those of the world batch. Reverted to BN where
+# torch cannot run it: one process (mmengine's Runner) and CPU processes
+# (CPUDistributedDataParallel), each with a note in the log
+cbt_stem = dict(type='ConvPatchStem', norm_cfg=dict(type='SyncBN'))
 crate_stem = dict(type='NormedPatchEmbed', norm_cfg=dict(type='LN'))
 
 crate_t = dict(eps_1e5_vit, embed_dims=384, num_layers=12, ffn_cfg=ista,

@@ -36,8 +36,9 @@ class ConvPatchStem(nn.Module):
         in_channels: image channels.
         embed_dims: token width ``d``.
         patch_size: 16 or 8.
-        norm_cfg: the norm after every convolution (``SyncBN`` for
-            multi-GPU training, as published).
+        norm_cfg: the norm after every convolution (default ``BN``; the
+            configs' ``cbt_stem`` sets ``SyncBN``, as published, which one
+            process and CPU processes run as BN).
     """
 
     def __init__(self,

@@ -4,8 +4,10 @@ being the GPU's apart from its sizes, and a check that cannot pass
 without what it checks: no GPU is exit status 2, one GPU no DDP row."""
 import json
 import math
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -20,7 +22,7 @@ from mmseg_whitebox.analysis.gpu_smoke import (DRY_RUN_PLAN, EXPLICIT,
                                                first_error,
                                                precision_problem,
                                                report_markdown, run_ddp,
-                                               run_gpu_smoke)
+                                               run_gpu_smoke, stop_launch)
 
 
 def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
@@ -111,6 +113,34 @@ def test_a_stalled_rank_is_named_from_its_watchdog(tmp_path):
             'threading.Event().wait()\n')], stdout=f, stderr=f)
     assert code == 1
     assert first_error(str(log)).startswith('a rank stalled: Timeout (')
+
+
+def test_a_timed_out_launch_stops_its_ranks(tmp_path):
+    """A launcher that, as torchrun, starts its worker in a session of its
+    own and stops it on SIGTERM: stopping it after a timeout ends the
+    worker too (a SIGKILL to the launcher's group left it running)."""
+    pid_file = tmp_path / 'worker.pid'
+    launcher = (
+        'import signal, subprocess, sys, time\n'
+        'w = subprocess.Popen([sys.executable, "-c", "import time; '
+        'time.sleep(600)"], start_new_session=True)\n'
+        f'open({str(pid_file)!r}, "w").write(str(w.pid))\n'
+        'signal.signal(signal.SIGTERM, lambda *a: (w.terminate(), w.wait(),'
+        ' sys.exit(1)))\n'
+        'time.sleep(600)\n')
+    proc = subprocess.Popen([sys.executable, '-c', launcher],
+                            start_new_session=True)
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    stop_launch(proc, grace=20)
+    assert proc.returncode is not None
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):  # reaped by its launcher
+            os.kill(worker, 0)
+            time.sleep(0.05)
 
 
 def test_gpu_plan_is_refused_on_a_cpu(tmp_path):

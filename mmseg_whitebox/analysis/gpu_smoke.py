@@ -583,6 +583,19 @@ def first_error(log: str) -> str:
     return lines[-1] if lines else 'no output'
 
 
+def stop_launch(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """Stop ``torchrun`` (``proc``, its own session) and its ranks: SIGTERM,
+    which torchrun passes on to the ranks (each in a session of its own,
+    out of reach of a signal to torchrun's group), then SIGKILL after
+    ``grace`` seconds. SIGKILL alone left a hung rank running."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def run_ddp(plan: SmokePlan, device: torch.device, seed: int,
             config_root: str, out_dir: str, timeout: float) -> Dict:
     """The DDP row: ``torchrun`` with one process per visible GPU (NCCL)
@@ -631,8 +644,7 @@ def run_ddp(plan: SmokePlan, device: torch.device, seed: int,
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # torchrun and ranks
-                proc.wait()
+                stop_launch(proc)
                 code = None
         row['seconds'] = time.perf_counter() - start
         if code != 0 or not osp.exists(result):

@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 
 def run_rank(spec: Dict) -> None:
-    """This rank's part of the DDP run that ``spec`` describes."""
+    """This rank's part of the DDP run that ``spec`` describes; the
+    process ends here (:func:`end_rank`) once it is done."""
     import mmseg_whitebox  # noqa: F401  (compat + registration first)
     from mmseg_whitebox.utils.atomic import write_json
     from mmseg_whitebox.models.layers.grad_layout import keep_grad_layout
@@ -87,9 +88,23 @@ def run_rank(spec: Dict) -> None:
                     torch.cuda.device_count())]
                 if device.type == 'cuda' else []))
         dist.barrier()
-    finally:
+    except BaseException:
+        # the watchdog stays armed: a teardown that hangs still ends
         dist.destroy_process_group()
-        faulthandler.cancel_dump_traceback_later()
+        raise
+    end_rank()
+
+
+def end_rank() -> None:
+    """End this rank, its work done, without tearing gloo down: a rank
+    whose results were written once hung in ``~ProcessGroupGloo`` when
+    the DDP reducer released the destroyed group (a futex wait, after its
+    watchdog was cancelled), until the launcher's timeout; the tools' own
+    workers end so too (``cli.runner.exit_distributed_worker``)."""
+    faulthandler.cancel_dump_traceback_later()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 def main(argv: List[str]) -> None:

@@ -48,6 +48,20 @@ COMPILED_METHODS = ('loss', 'encode_decode')
 #: newer, from 2.4 (the first with ``torch.get_autocast_dtype``)
 DYNAMO_OPTIONS = (dict(capture_scalar_outputs=True)
                   if hasattr(torch, 'get_autocast_dtype') else {})
+#: dynamo's settings under DDP: a call compiled inside DDP's forward (the
+#: loss, as mmengine's DDP wrapper runs it) is split at DDP's gradient
+#: bucket boundaries (dynamo's DDPOptimizer), so that the all-reduce of a
+#: bucket overlaps the rest of the backward. torch 2.1's splitter takes
+#: every attribute the graph reads for a tensor and fails on a submodule
+#: (``AttributeError: 'Dropout' object has no attribute
+#: 'requires_grad'``: mmcv's ``MultiheadAttention`` in mmseg's ViT, read
+#: through mmengine's ``deprecated_api_warning``); torch 2.13's checks for
+#: a parameter. On 2.1 the compiled calls therefore run with
+#: ``optimize_ddp=False``: one graph, whose gradients DDP all-reduces
+#: once the compiled backward has made them (no overlap); the same
+#: versions as :data:`DYNAMO_OPTIONS`
+DDP_OPTIONS = ({} if hasattr(torch, 'get_autocast_dtype')
+               else dict(optimize_ddp=False))
 #: the loss's ops that inductor decomposes from torch 2.2 on (2.13 checked)
 #: and torch 2.1 leaves to a fallback: 2.1 refuses that fallback where the
 #: environment variable ``CI`` is set, as CI services set it
@@ -95,16 +109,17 @@ def _with_canonical_labels(loss: Callable) -> Callable:
 
 def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
     """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
-    from DDP first), each traced with :data:`DYNAMO_OPTIONS` (and, on
-    torch 2.1, :data:`DECOMPOSED_OPS` decomposed); the loss's label maps
-    given one layout (:func:`_with_canonical_labels`)."""
+    from DDP first), each traced with :data:`DYNAMO_OPTIONS` and
+    :data:`DDP_OPTIONS` (and, on torch 2.1, :data:`DECOMPOSED_OPS`
+    decomposed); the loss's label maps given one layout
+    (:func:`_with_canonical_labels`)."""
     import torch._dynamo.config as dynamo_config
     if is_model_wrapper(model):
         model = model.module
     options = compile_options(compile_cfg)
     _decompose_as_newer_torch()
     for name in COMPILED_METHODS:
-        compiled = dynamo_config.patch(**DYNAMO_OPTIONS)(
+        compiled = dynamo_config.patch(**DYNAMO_OPTIONS, **DDP_OPTIONS)(
             torch.compile(getattr(model, name), **options))
         if name == 'loss':
             compiled = _with_canonical_labels(compiled)

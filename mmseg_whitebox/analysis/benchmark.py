@@ -227,10 +227,11 @@ def plan_differences(plan: Any, other: Any) -> List[str]:
 
 def rep_grid_options(model_cfg: Any, rep_grid: Tuple[int, int]
                      ) -> Dict[str, Any]:
-    """``--cfg-options`` that set every ``rep_grid`` of ``model_cfg`` (a
-    config's ``model``: encoder and head) to ``rep_grid``: CBSA's
-    representatives need a token grid at least that large, so tiny inputs
-    (the dry runs) shrink them."""
+    """``--cfg-options`` that set every ``rep_grid`` (CBSA's
+    representatives) and ``pool_size`` (MiTA's landmarks) of ``model_cfg``
+    (a config's ``model``: encoder and head) to ``rep_grid``: both need a
+    token grid at least that large, so tiny inputs (the dry runs) shrink
+    them."""
     found: Dict[str, Any] = {}
 
     def walk(node: Any, key: str) -> None:
@@ -239,7 +240,7 @@ def rep_grid_options(model_cfg: Any, rep_grid: Tuple[int, int]
                 walk(value, f'{key}.{index}')
         elif isinstance(node, dict):
             for name, value in node.items():
-                if name == 'rep_grid':
+                if name in ('rep_grid', 'pool_size'):
                     found[f'{key}.{name}'] = tuple(rep_grid)
                 else:
                     walk(value, f'{key}.{name}')

@@ -201,7 +201,8 @@ def test_mita_is_per_image_and_checks_its_grid():
         torch.testing.assert_close(op(x[b:b + 1], (6, 7), 1), out[b:b + 1])
     with pytest.raises(ValueError, match='does not fit'):
         op(x, (7, 7), 1)
-    with pytest.raises(InputError, match='larger than the 2x7 token grid'):
+    with pytest.raises(InputError,
+                       match=r'pool_size \(3, 3\) is larger than the 2x7'):
         op(torch.randn(1, 14, 32), (2, 7))
     with pytest.raises(ValueError, match='router_pool'):
         MiTA(32, 2, router_pool='first')

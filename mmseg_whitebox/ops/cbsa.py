@@ -66,19 +66,22 @@ def check_grid(x: torch.Tensor, hw: Tuple[int, int],
 
 
 def pool_grid(z: torch.Tensor, hw: Tuple[int, int], grid_start: int,
-              rep_grid: Tuple[int, int]) -> torch.Tensor:
+              rep_grid: Tuple[int, int],
+              setting: str = 'rep_grid') -> torch.Tensor:
     """Average-pool the ``H x W`` token grid of ``(B, K, N, p)`` subspace
     coordinates (starting at token ``grid_start``) to ``rep_grid``:
-    ``(B, K, rh * rw, p)``, the initial representatives."""
+    ``(B, K, rh * rw, p)``, the initial representatives (CBSA) or the
+    landmarks (MiTA); ``setting`` names the operator's option for it in
+    the error a grid larger than the tokens' gets."""
     b, k, _, p = z.shape
     h, w = hw
     if rep_grid[0] > h or rep_grid[1] > w:
         # adaptive pooling would silently copy tokens into several cells;
         # the input is too small for the config: a user's error
         raise InputError(
-            f'rep_grid {tuple(rep_grid)} is larger than the {h}x{w} token '
-            'grid: use a rep_grid of at most the token grid (e.g. '
-            f'rep_grid=({min(rep_grid[0], h)}, {min(rep_grid[1], w)})) or '
+            f'{setting} {tuple(rep_grid)} is larger than the {h}x{w} token '
+            f'grid: use a {setting} of at most the token grid (e.g. '
+            f'{setting}=({min(rep_grid[0], h)}, {min(rep_grid[1], w)})) or '
             'larger inputs (token grid = input size / patch size)')
     # (B, N, K, p) is how the operators lay z out: the grid slice then is
     # an (H, W, K*p) channels-last image, pooled without a copy

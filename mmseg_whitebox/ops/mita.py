@@ -122,7 +122,8 @@ class MiTA(QKVProjection):
         check_grid(x, hw, grid_start)
         q, k, v = self.project(x)
         start = 0 if self.router_pool == 'leading' else grid_start
-        routers = pool_grid(q, hw, start, self.pool_size)  # (B, K, M, p)
+        routers = pool_grid(q, hw, start, self.pool_size,
+                            'pool_size')  # (B, K, M, p)
         if not precision.float16_autocast(x):
             return self.merge(self.attend(q, k, v, routers))
         with precision.autocast_off(x):

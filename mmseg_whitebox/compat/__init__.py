@@ -19,12 +19,9 @@ and on which versions):
     scheme of mmengine's ``CheckpointLoader``; onedl-mmengine's retry with
     ``weights_only=False`` removed. A file that needs full unpickling is
     refused (:class:`UnsafeCheckpointError`) with how to convert it.
-``resume skips without loading`` (:mod:`.resume`)
-    A resumed run advances the sampler past the trained batches instead of
-    loading them (mmengine 0.10.7 loads them all again), creates its data
-    iterator without drawing from torch's restored generator
-    (onedl-mmengine does) and starts its data workers from their saved
-    random states, so it stays bitwise equal to the uninterrupted run.
+``resume replays skipped batches`` (:mod:`.resume`, onedl-mmengine only)
+    A resumed run loads the batches it skips, as mmengine 0.10.7 does, so
+    it stays bitwise equal to the uninterrupted run.
 
 ``STATUS`` maps each fix to whether it is in effect and, once
 :func:`apply` ran, ``'stack'`` to the OpenMMLab distributions found
@@ -50,12 +47,11 @@ from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
                            MSDA_WARNING, mmcv_ops_standin_needed,
                            mmcv_without_compiled_ops, patch_mmcv_ops,
                            patch_torchvision, torchvision_needs_shim)
-from .resume import ResumableDataIterator, patch_resume_skip
+from .resume import patch_resume_skip
 
 __all__ = [
     'COMPILED_MMCV_CLASSES', 'COMPILED_MMCV_FUNCTIONS', 'COMPILED_MMCV_OPS',
-    'COMPILED_MMCV_TEST_CLASSES', 'MSDA_WARNING', 'ResumableDataIterator',
-    'STACKS', 'STATUS',
+    'COMPILED_MMCV_TEST_CLASSES', 'MSDA_WARNING', 'STACKS', 'STATUS',
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
     'apply', 'load_from_local_weights_only', 'load_from_weights_only',
     'mmcv_ops_standin_needed', 'mmcv_without_compiled_ops',
@@ -79,7 +75,7 @@ def apply() -> Dict[str, Any]:
         mmcv_ops_shim=patch_mmcv_ops(),
         weights_only_loader=patch_checkpoint_loader(),
         no_unsafe_load_fallback=patch_safe_torch_load(),
-        resume_skips_without_loading=patch_resume_skip())
+        resume_replays_skipped_batches=patch_resume_skip())
     if 'stack' not in STATUS:
         STATUS['stack'] = stack()
     return dict(STATUS)

@@ -172,21 +172,6 @@ def label_maps(folder) -> dict:
             for p in sorted(folder.glob('**/*.png'))}
 
 
-def sgd_config(folder) -> str:
-    """The demo CBSA model's config with SGD and momentum in place of its
-    AdamW: a step linear in the gradient, so that a comparison of losses
-    or weights measures the gradients (AdamW's first steps move a
-    parameter whose exact gradient is 0, the key bias of softmax
-    attention, by about its learning rate either way on rounding noise
-    alone)."""
-    config = folder / 'cbsa_sgd.py'
-    config.write_text(
-        f'_base_ = [{osp.join(REPO, demo_configs()["cbsa"])!r}]\n'
-        'optim_wrapper = dict(optimizer=dict(_delete_=True, type="SGD", '
-        'lr=0.01, momentum=0.9, weight_decay=0.0))\n')
-    return str(config)
-
-
 @pytest.mark.skipif(shutil.which(os.environ.get('CXX', 'g++')) is None,
                     reason='inductor needs a C++ compiler (g++) on the CPU')
 @pytest.mark.slow
@@ -195,11 +180,8 @@ def test_compile_true_trains_and_tests_as_eager(tiny_ade, tmp_path):
     (inductor), the CompileHook the inference; 3 iterations from the same
     seed give the eager losses within 1e-3 relative (float32 sums in
     another order), also where ``CI`` is set, and the compiled test of
-    the eager checkpoint the same label maps. SGD, as in
-    :func:`test_compile_under_ddp_trains_as_eager`: with the demo's AdamW
-    the third loss differed by 1.6e-3 once on torch 2.1 in a busy suite
-    (the first steps' rounding noise, amplified)."""
-    config = sgd_config(tmp_path)
+    the eager checkpoint the same label maps."""
+    config = demo_configs()['cbsa']
     # one encoder and one decoder layer: the same code, a quarter of the
     # graph to compile (inductor's C++ compilation is the test's time);
     # no validation during training, one test image (each new image size
@@ -263,12 +245,19 @@ def test_compile_under_ddp_trains_as_eager(tiny_ade, tmp_path):
     backward, without inductor's code generation): 3 iterations equal the
     eager 2-process run's, every weight within ``DDP_ATOL``/``DDP_RTOL``
     and every logged loss to its 4 printed decimals, with no DDP stride
-    warning. SGD with momentum (:func:`sgd_config`), so that the
-    comparison measures the gradients and their all-reduce. The demo CBSA
+    warning. SGD with momentum rather than the demo's AdamW: its step is
+    linear in the gradient, so the comparison measures the gradients and
+    their all-reduce (AdamW's first steps move a parameter whose exact
+    gradient is 0, the key bias of softmax attention, by about its
+    learning rate either way on rounding noise alone). The demo CBSA
     model on mmseg's ViT, with the published loss; torch 2.1 needs
     ``DDP_OPTIONS``."""
     from test_distributed import NPROC, run_script
-    config = sgd_config(tmp_path)
+    config = tmp_path / 'cbsa_sgd.py'
+    config.write_text(
+        f'_base_ = [{osp.join(REPO, demo_configs()["cbsa"])!r}]\n'
+        'optim_wrapper = dict(optimizer=dict(_delete_=True, type="SGD", '
+        'lr=0.01, momentum=0.9, weight_decay=0.0))\n')
     opts = small_run_options(tiny_ade, iters=3, batch_size=1) + [
         'model.backbone.num_layers=1', 'model.decode_head.num_layers=1',
         'model.decode_head.loss_decode.avg_non_ignore=True',

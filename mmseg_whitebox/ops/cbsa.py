@@ -266,13 +266,9 @@ class CBSA(SubspaceAttention):
         ``m x m`` product: the float32 costs nothing that shows
         (tests/test_attention_overflow.py).
         """
-        if not precision.float16_autocast(q):
-            return F.scaled_dot_product_attention(q, q, q, scale=self.scale)
-        with precision.autocast_off(q):
-            q32 = q.float()
-            out = F.scaled_dot_product_attention(q32, q32, q32,
-                                                 scale=self.scale)
-        return out.to(q.dtype)
+        return precision.float32_under_float16(
+            lambda r: F.scaled_dot_product_attention(r, r, r,
+                                                     scale=self.scale), q)
 
     def extra_repr(self) -> str:
         text = super().extra_repr() + f', rep_grid={self.rep_grid}'

@@ -124,12 +124,8 @@ class MiTA(QKVProjection):
         start = 0 if self.router_pool == 'leading' else grid_start
         routers = pool_grid(q, hw, start, self.pool_size,
                             'pool_size')  # (B, K, M, p)
-        if not precision.float16_autocast(x):
-            return self.merge(self.attend(q, k, v, routers))
-        with precision.autocast_off(x):
-            out = self.attend(q.float(), k.float(), v.float(),
-                              routers.float())
-        return self.merge(out.to(q.dtype))
+        return self.merge(precision.float32_under_float16(
+            self.attend, q, k, v, routers))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                routers: torch.Tensor) -> torch.Tensor:

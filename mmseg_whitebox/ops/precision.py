@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -107,3 +107,16 @@ def autocast_off(x: torch.Tensor) -> Iterator[None]:
     tensors stay float32."""
     with torch.autocast(x.device.type, enabled=False):
         yield
+
+
+def float32_under_float16(fn: Callable[..., torch.Tensor],
+                          *tensors: torch.Tensor) -> torch.Tensor:
+    """``fn(*tensors)``, but under a float16 autocast on float32 copies
+    with autocast off, the result cast back to the first tensor's dtype:
+    a product that could pass 65504 in float16 stays finite."""
+    first = tensors[0]
+    if not float16_autocast(first):
+        return fn(*tensors)
+    with autocast_off(first):
+        out = fn(*(t.float() for t in tensors))
+    return out.to(first.dtype)

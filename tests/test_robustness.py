@@ -11,7 +11,6 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
-from mmseg_whitebox.models.attention_sites import KIND_MMCV_MHA
 from mmseg_whitebox.robustness import (AttentionAblation, AttentionUsage,
                                        LoopEvaluation, NoiseSweep,
                                        NoiseSweepOptions, ParameterNoise,
@@ -316,7 +315,7 @@ def test_ablation_equals_attention_zeroed_by_hand(name):
     assert not torch.allclose(ablated, clean)
     # by hand: every attention layer returns a zero update
     for site in sites:
-        if site.kind == KIND_MMCV_MHA:
+        if site.convention == 'inside':
             site.attention.forward = (
                 lambda query, *a, identity=None, **kw: identity)
         elif name == 'mssa-ca' and 'cross' in site.name:

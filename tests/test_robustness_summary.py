@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from mmseg_whitebox.models.attention_sites import KIND_RESIDUAL_BLOCK
+from mmseg_whitebox.models.attention_registry import WHITE_BOX_ROLES
 from mmseg_whitebox.robustness import (GROUPS, NoiseSweep,
                                        NoiseSweepOptions, ResultStore,
                                        compare_sweeps, group_selections,
@@ -232,7 +232,7 @@ def test_groups_of_other_targets_and_errors():
     with pytest.raises(ValueError, match='out-proj.*it has: bases'):
         group_selections(rigorous, ['out-proj'])
     # q/k/v operators in white-box blocks (MHSA, QKVCBSA)
-    assert [parameter_role(KIND_RESIDUAL_BLOCK, n) for n in (
+    assert [parameter_role(WHITE_BOX_ROLES, n) for n in (
         'qkv.weight', 'qkv.bias', 'out_proj.weight', 'eta', 'x.scale')] == [
             'qkv', 'biases', 'out-proj', 'step-sizes', OTHER]
     assert set(GROUPS) >= {'bases', 'qkv', 'step-sizes', 'out-proj',

@@ -1,74 +1,73 @@
 """Where a model's attention layers are, and what "their update" means.
 
-An *attention site* is one attention layer inside a residual stream
-``x <- x + update(x)``. Three things hang on that definition, for every
-head type alike:
+An *attention site* is one attention module that the registry
+(:mod:`.attention_registry`) knows, meeting a residual stream ``x``.
+Three things hang on it, for every attention class alike:
 
-* the **parameters of the attention layer** (what ``decoder-attention``
-  perturbs): the attention operator's own parameters, and nothing else --
-  not the LayerNorm before it, not an MLP after it, not class embeddings;
-* the **ablation**: the layer's residual update set to zero, so the layer
-  passes ``x`` through unchanged (the rest of the network is untouched);
+* the **parameters of the attention** (what ``decoder-attention`` and
+  ``encoder-attention`` perturb): the operator's own parameters but its
+  normalisation layers and what its entry excludes (docs/robustness.md
+  has the table per class);
+* the **ablation**: the attention's update set to zero (an ``inside``
+  module returns its identity, an ``outside`` or ``context`` one a zero
+  output), the rest of the network untouched;
 * the **usage ratio**: ``||update||_F / ||x||_F`` per image, how much the
-  layer changes the residual stream it is added to.
-
-Per head type:
-
-``mmseg_whitebox`` heads (``CBSAHead``, ``MSSAHead`` SA/CA, ``TSSAHead``)
-    each ``PreNormResidual`` block (:mod:`mmseg_whitebox.models.layers`),
-    ``x + attn(LayerNorm(x))``. Parameters: the operator ``attn`` -- the
-    bases ``proj`` (U), the output projection ``out_proj`` if any (CBSA and
-    TSSA default; not in the tied/rigorous variants), the step sizes
-    (``eta``, ``kappa`` of CBSA, ``step_size`` of MSSA) and TSSA's
-    ``temp``. The ``CrossPreNormResidual`` blocks of ``MSSAHead(mode='ca')``
-    are sites too (their residual stream is the class queries).
-mmseg's ``SegmenterMaskTransformerHead`` (and mmseg's ViT encoder layers)
-    the ``attn`` (mmcv ``MultiheadAttention``) of each transformer layer,
-    which adds its own identity: parameters are the query/key/value
-    in-projection weights and biases and the output projection weight and
-    bias; update = output - identity. The FFN, norms, ``dec_proj``,
-    patch/class projections and class embeddings are not attention.
-mmseg's ``FCNHead`` (the linear decoder)
-    has no attention sites.
+  attention changes the stream it meets.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from mmcv.cnn.bricks.transformer import MultiheadAttention
 
-from mmseg_whitebox.models.layers import PreNormResidual
 from mmseg_whitebox.utils.per_image import gather_images
+from .attention_registry import NORM_TYPES, AttentionEntry, attention_entry
 
-KIND_RESIDUAL_BLOCK = 'pre-norm residual (mmseg_whitebox)'
-KIND_MMCV_MHA = 'MultiheadAttention with identity (mmcv)'
+#: class names that look like attention (an unregistered one is refused)
+ATTENTION_LIKE = re.compile(r'attn|attention|msa', re.IGNORECASE)
 
 
 @dataclass
 class AttentionSite:
-    """One attention layer in a residual stream.
+    """One attention module meeting a residual stream.
 
     Attributes:
         name: module name of the attention operator, e.g.
             ``decode_head.layers.0.attn``.
-        kind: which residual convention applies (see module docstring).
-        attention: the operator; its parameters are the layer's.
-        block: the module whose input is the residual stream.
+        kind: the registered class the entry belongs to (its name).
+        entry: the registry entry (convention, parameters, batch axis).
+        attention: the operator; its parameters (see
+            :meth:`named_parameters`) are the site's.
+        block: the module whose first input is the residual stream.
+        output: the module whose output is the update (``inside``: the
+            identity plus the update).
         index: position among the sites of its scope (0-based).
     """
 
     name: str
     kind: str
+    entry: AttentionEntry
     attention: nn.Module
     block: nn.Module
+    output: nn.Module
     index: int
 
+    @property
+    def convention(self) -> str:
+        return self.entry.convention
+
     def named_parameters(self) -> List[Tuple[str, nn.Parameter]]:
+        """The parameters that count as the attention: the operator's,
+        without normalisation layers and the entry's exclusions."""
+        norms = {id(p) for m in self.attention.modules()
+                 if isinstance(m, NORM_TYPES) for p in m.parameters()}
         return [(f'{self.name}.{n}', p)
-                for n, p in self.attention.named_parameters()]
+                for n, p in self.attention.named_parameters()
+                if id(p) not in norms
+                and not any(re.search(x, n) for x in self.entry.exclude)]
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -76,64 +75,104 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return getattr(model, 'module', model)
 
 
+def _in_scope(name: str, scope: str) -> bool:
+    return not scope or name == scope or name.startswith(scope + '.')
+
+
+def _site(model: nn.Module, name: str, module: nn.Module,
+          entry: AttentionEntry, index: int) -> AttentionSite:
+    operator = module.get_submodule(entry.operator)
+    block = module
+    if entry.stream == 'parent':
+        block = model.get_submodule(name.rpartition('.')[0])
+    output = module.get_submodule(entry.output) if entry.output else operator
+    full = f'{name}.{entry.operator}' if entry.operator else name
+    return AttentionSite(full, type(module).__name__, entry, operator, block,
+                         output, index)
+
+
 def find_attention_sites(model: nn.Module,
                          scope: str = 'decode_head') -> List[AttentionSite]:
     """All attention sites under the module named ``scope`` (``''`` for the
-    whole model), in module order."""
+    whole model), in module order (a registered module inside another
+    site is part of that site)."""
     model = unwrap_model(model)
     sites: List[AttentionSite] = []
-    prefix = f'{scope}.' if scope else ''
     for name, module in model.named_modules():
-        if scope and not (name == scope or name.startswith(prefix)):
+        if not _in_scope(name, scope) or any(
+                _in_scope(name, s) for s in _owners(sites)):
             continue
-        if any(name.startswith(s.name + '.') or name == s.name
-               for s in sites):
-            continue
-        if isinstance(module, PreNormResidual):
-            sites.append(AttentionSite(f'{name}.attn', KIND_RESIDUAL_BLOCK,
-                                       module.attn, module, len(sites)))
-        elif isinstance(module, MultiheadAttention):
-            sites.append(AttentionSite(name, KIND_MMCV_MHA, module, module,
-                                       len(sites)))
+        entry = attention_entry(module)
+        if entry is not None:
+            sites.append(_site(model, name, module, entry, len(sites)))
     return sites
 
 
-def _mha_identity(args: Tuple, kwargs: Dict) -> torch.Tensor:
-    """The identity an mmcv MultiheadAttention call adds its output to."""
-    identity = kwargs.get('identity')
-    if identity is None and len(args) > 3:
-        identity = args[3]
-    if identity is None:  # mmcv: identity defaults to the query
-        identity = kwargs['query'] if 'query' in kwargs else args[0]
-    return identity
+def _owners(sites: List[AttentionSite]) -> List[str]:
+    """The module names whose submodules belong to a site."""
+    return [s.name.removesuffix('.' + s.entry.operator)
+            if s.entry.operator else s.name for s in sites]
+
+
+def unregistered_attention(model: nn.Module, scope: str = ''
+                           ) -> List[Tuple[str, str]]:
+    """``(name, class)`` of the modules under ``scope`` whose class name
+    looks like attention (:data:`ATTENTION_LIKE`) but that no registered
+    site holds or contains: attention the evaluator would miss."""
+    model = unwrap_model(model)
+    owners = _owners(find_attention_sites(model, scope))
+    found = []
+    for name, module in model.named_modules():
+        cls = type(module).__name__
+        if (not name or not _in_scope(name, scope)
+                or not ATTENTION_LIKE.search(cls)
+                or any(_in_scope(name, o) or _in_scope(o, name)
+                       for o in owners)):
+            continue
+        if not any(_in_scope(name, n) for n, _ in found):
+            found.append((name, cls))
+    return found
+
+
+def _rows(t: torch.Tensor, axis: int) -> torch.Tensor:
+    """Per row of ``axis``, the sum of squares of ``t`` (float64)."""
+    t = t.detach().double().movedim(axis, 0)
+    return t.reshape(t.shape[0], -1).pow(2).sum(1)
 
 
 def _add_update_hook(site: AttentionSite,
-                     fn: Callable[[torch.Tensor, torch.Tensor],
-                                  Optional[torch.Tensor]]) -> List[Any]:
-    """Call ``fn(residual_stream, update)`` on every forward of the site;
-    if it returns a tensor, that becomes the site's new update. Returns
-    the hook handles."""
-    if site.kind == KIND_MMCV_MHA:
+                     fn: Optional[Callable[[torch.Tensor, torch.Tensor],
+                                           None]] = None,
+                     remove: bool = False) -> List[Any]:
+    """Call ``fn(residual_stream, update)`` on every forward of the site,
+    and/or (``remove``) make its update zero. Returns the hook handles."""
+    entry = site.entry
+    if entry.convention == 'inside':
 
-        def mha_hook(module, args, kwargs, output):
-            identity = _mha_identity(args, kwargs)
-            new = fn(identity, output - identity)
-            return None if new is None else identity + new
+        def inside_hook(module, args, kwargs, output):
+            identity = entry.identity(args, kwargs)
+            if fn is not None:
+                fn(identity, output - identity)
+            return identity if remove else None
 
-        return [site.attention.register_forward_hook(mha_hook,
-                                                     with_kwargs=True)]
+        return [site.output.register_forward_hook(inside_hook,
+                                                  with_kwargs=True)]
 
-    stash: Dict[str, torch.Tensor] = {}
+    stash: List[torch.Tensor] = []
 
-    def block_pre_hook(module, args):
-        stash['x'] = args[0]
+    def stream_hook(module, args):
+        stash.append(args[0])
 
-    def attn_hook(module, args, output):
-        return fn(stash.pop('x'), output)
+    def output_hook(module, args, output):
+        stream = stash.pop()
+        if fn is not None:
+            scale = (getattr(site.block, entry.scale) if entry.scale
+                     else 1)
+            fn(stream, scale * output)
+        return torch.zeros_like(output) if remove else None
 
-    return [site.block.register_forward_pre_hook(block_pre_hook),
-            site.attention.register_forward_hook(attn_hook)]
+    return [site.block.register_forward_pre_hook(stream_hook),
+            site.output.register_forward_hook(output_hook)]
 
 
 class _UpdateHooks:
@@ -144,8 +183,9 @@ class _UpdateHooks:
         self.sites = sites
         self._handles: List[Any] = []
 
-    def _hook(self, site: AttentionSite, fn: Callable) -> None:
-        self._handles += _add_update_hook(site, fn)
+    def _hook(self, site: AttentionSite, fn: Optional[Callable] = None,
+              remove: bool = False) -> None:
+        self._handles += _add_update_hook(site, fn, remove)
 
     def __exit__(self, *exc) -> bool:
         for handle in self._handles:
@@ -155,8 +195,9 @@ class _UpdateHooks:
 
 
 class AttentionAblation(_UpdateHooks):
-    """Context manager: the selected sites' residual updates are zero, so
-    each such layer passes its input through (``x <- x``)."""
+    """Context manager: the selected sites' updates are zero, so each
+    passes its stream through (a context attention gives a zero
+    context)."""
 
     def __init__(self, sites: List[AttentionSite]) -> None:
         if not sites:
@@ -165,22 +206,23 @@ class AttentionAblation(_UpdateHooks):
 
     def __enter__(self) -> 'AttentionAblation':
         for site in self.sites:
-            self._hook(site, lambda x, update: torch.zeros_like(update))
+            self._hook(site, remove=True)
         return self
 
 
 class AttentionUsage(_UpdateHooks):
     """Context manager recording ``||update||_F / ||x||_F`` per image and
-    site while the model runs. ``x`` is the residual stream entering the
-    layer (patch and class tokens), the update is what the attention adds.
+    site while the model runs: ``x`` the stream the attention meets
+    (patch and class tokens, or a feature map), the update what it adds.
 
-    After the block, :meth:`summary` gives per-site mean/min/max ratios.
-    Given the ``model`` whose forward calls run the sites (the segmentor,
-    or its distributed wrapper), the ratios are also kept per image (one
-    forward call is a batch of images; each site call within it, a
-    sliding window included, holds one row per image of the batch), so
-    that :meth:`summary` can put a distributed evaluation's images
-    together over ranks.
+    Without a ``model``, :attr:`ratios` holds one ratio per row of each
+    call's batch axis. Given the ``model`` whose forward calls run the
+    sites (the segmentor, or its distributed wrapper), each call's rows
+    are put together per image of the forward's batch (windows or groups
+    folded into the batch axis, images outermost, summed per image), one
+    ratio per image and call (a sliding window's calls each give one),
+    so that :meth:`summary` can also gather a distributed evaluation's
+    images over ranks.
     """
 
     def __init__(self, sites: List[AttentionSite],
@@ -191,18 +233,19 @@ class AttentionUsage(_UpdateHooks):
         #: per site, the ratios of each image of finished forward calls
         self.per_image: Dict[str, List[List[float]]] = {
             s.name: [] for s in sites}
-        self._batch_start = {s.name: 0 for s in sites}
+        #: per site, each call's squared norms per row (update, stream)
+        self._calls: Dict[str, List[Tuple[torch.Tensor, torch.Tensor]]] = {
+            s.name: [] for s in sites}
 
     def __enter__(self) -> 'AttentionUsage':
         for site in self.sites:
-            values = self.ratios[site.name]
 
-            def record(x, update, values=values):
-                dims = tuple(range(1, x.dim()))
-                num = update.detach().float().pow(2).sum(dims).sqrt()
-                den = x.detach().float().pow(2).sum(dims).sqrt()
-                values.extend((num / den.clamp_min(1e-12)).tolist())
-                return None
+            def record(x, update, site=site):
+                axis = site.entry.axis(site.attention)
+                num, den = _rows(update, axis), _rows(x, axis)
+                self.ratios[site.name].extend(
+                    (num.sqrt() / den.sqrt().clamp_min(1e-12)).tolist())
+                self._calls[site.name].append((num, den))
 
             self._hook(site, record)
         if self.model is not None:
@@ -217,11 +260,22 @@ class AttentionUsage(_UpdateHooks):
             return
         images = len(output)
         for site in self.sites:
-            values = self.ratios[site.name]
-            batch = values[self._batch_start[site.name]:]
-            self._batch_start[site.name] = len(values)
+            calls, self._calls[site.name] = self._calls[site.name], []
+            per_call = [self._per_image(site, num, den, images)
+                        for num, den in calls]
             self.per_image[site.name].extend(
-                batch[i::images] for i in range(images))
+                [float(c[i]) for c in per_call] for i in range(images))
+
+    @staticmethod
+    def _per_image(site: AttentionSite, num: torch.Tensor,
+                   den: torch.Tensor, images: int) -> torch.Tensor:
+        if num.numel() % images:
+            raise RuntimeError(
+                f'attention site {site.name} ({site.kind}) gave '
+                f'{num.numel()} rows for a batch of {images} images: its '
+                'registry entry has the wrong batch_axis')
+        num, den = num.view(images, -1).sum(1), den.view(images, -1).sum(1)
+        return num.sqrt() / den.sqrt().clamp_min(1e-12)
 
     def summary(self, num_images: Optional[int] = None
                 ) -> List[Dict[str, Any]]:
@@ -242,6 +296,7 @@ class AttentionUsage(_UpdateHooks):
                 continue
             rows.append(dict(
                 layer=site.index, site=site.name, kind=site.kind,
+                convention=site.convention,
                 images=int(values.numel()),
                 ratio_mean=float(values.mean()),
                 ratio_min=float(values.min()),

@@ -2,7 +2,8 @@
 sensitivity to noise comes from.
 
 Each parameter of an attention site (:mod:`.sites`) has one role, read off
-its name inside the attention operator, per site kind:
+its name inside the attention operator by its registry entry's ``roles``
+(:mod:`mmseg_whitebox.models.attention_registry`):
 
 ``mmseg_whitebox`` operators (CBSA, MSSA, TSSA: :class:`SubspaceAttention`)
     ``bases``: the subspace bases ``proj.weight`` (U);
@@ -15,10 +16,12 @@ its name inside the attention operator, per site kind:
     ``MiTA``) in the same blocks: ``qkv`` (``qkv.weight``),
     ``step-sizes``, ``out-proj`` and ``biases`` (``qkv.bias``,
     ``out_proj.bias``).
-mmcv ``MultiheadAttention`` (mmseg's Segmenter head and ViT encoder)
-    ``qkv``: the query/key/value in-projection weight(s);
-    ``out-proj``: ``out_proj.weight``;
-    ``biases``: the in- and out-projection biases (and ``bias_k/v``).
+every other attention (mmcv ``MultiheadAttention``, Swin, BEiT, SegFormer,
+non-local, DANet, ISA/ANN/OCR blocks)
+    ``qkv``: the query/key/value projection weights (non-local: g,
+    theta, phi); ``out-proj``: the output projection's weight;
+    ``scales``: learned residual scales (DANet's ``gamma``);
+    ``biases``: every bias.
 
 A parameter no rule matches falls into ``other``, and a selected parameter
 outside every attention site (e.g. a norm under ``--target decoder``) into
@@ -31,37 +34,20 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from mmseg_whitebox.models.attention_sites import (KIND_MMCV_MHA,
-                                                   KIND_RESIDUAL_BLOCK)
 from mmseg_whitebox.utils.tool_error import InputError
 from .selection import Selection
 
-#: per site kind, (group, pattern on the name inside the operator)
-ROLE_RULES: Dict[str, List[Tuple[str, str]]] = {
-    KIND_RESIDUAL_BLOCK: [
-        ('bases', r'^proj\.weight$'),
-        ('qkv', r'^qkv\.weight$'),
-        ('step-sizes', r'^(eta|kappa|step_size|temp)$'),
-        ('out-proj', r'^out_proj\.weight$'),
-        ('biases', r'(^|\.)bias$'),
-    ],
-    KIND_MMCV_MHA: [
-        ('qkv', r'(^|\.)(in_proj_weight|[qkv]_proj_weight)$'),
-        ('out-proj', r'(^|\.)out_proj\.weight$'),
-        ('biases', r'(^|\.)(in_proj_bias|bias_[kv]|out_proj\.bias)$'),
-    ],
-}
 OTHER = 'other'
 NON_ATTENTION = 'non-attention'
 #: every group name, in table order
-GROUPS = ('bases', 'qkv', 'step-sizes', 'out-proj', 'biases', OTHER,
-          NON_ATTENTION)
+GROUPS = ('bases', 'qkv', 'step-sizes', 'scales', 'out-proj', 'biases',
+          OTHER, NON_ATTENTION)
 
 
-def parameter_role(kind: str, name: str) -> str:
+def parameter_role(roles: Sequence[Tuple[str, str]], name: str) -> str:
     """The group of the parameter called ``name`` inside an attention
-    operator of site kind ``kind``."""
-    for group, pattern in ROLE_RULES.get(kind, []):
+    operator whose entry has ``roles``."""
+    for group, pattern in roles:
         if re.search(pattern, name):
             return group
     return OTHER
@@ -73,8 +59,9 @@ def parameter_groups(selection: Selection
     :data:`GROUPS` order; each parameter in exactly one)."""
     roles = {}
     for site in selection.sites:
-        for name, p in site.attention.named_parameters():
-            roles[id(p)] = parameter_role(site.kind, name)
+        for name, p in site.named_parameters():
+            roles[id(p)] = parameter_role(site.entry.roles,
+                                          name[len(site.name) + 1:])
     grouped: Dict[str, List[Tuple[str, nn.Parameter]]] = {}
     for name, p in selection.parameters:
         grouped.setdefault(roles.get(id(p), NON_ATTENTION), []).append(

@@ -1,7 +1,7 @@
 """Which parameters a noise sweep perturbs.
 
-Named targets (see :mod:`.sites` for what an attention layer's parameters
-are, per head type):
+Named targets (see :mod:`mmseg_whitebox.models.attention_sites` for what
+an attention's parameters are, per attention class):
 
 ``decoder-attention`` (default; the CBSA paper's setting)
     every parameter of every attention layer of the decode head.
@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from mmseg_whitebox.models.attention_sites import (AttentionSite,
                                                    find_attention_sites,
+                                                   unregistered_attention,
                                                    unwrap_model)
 from mmseg_whitebox.utils.tool_error import InputError
 
@@ -63,6 +64,33 @@ def _scope(target: str) -> str:
     return 'backbone' if target == 'encoder-attention' else 'decode_head'
 
 
+def _part(scope: str) -> str:
+    return ('the encoder (backbone)' if scope == 'backbone' else
+            'the decode head')
+
+
+def check_registered(model: nn.Module, scope: str) -> None:
+    """Refuse a part of the model holding attention the registry does not
+    know: the sweep would miss it, and its removal and usage with it.
+
+    Raises:
+        InputError: naming the modules, how to register them and the
+            regular-expression way around.
+    """
+    missing = unregistered_attention(model, scope)
+    if not missing:
+        return
+    counts: dict = {}
+    for _, cls in missing:
+        counts[cls] = counts.get(cls, 0) + 1
+    what = ', '.join(f'{n} {cls}' for cls, n in counts.items())
+    raise InputError(
+        f'{what} in {_part(scope)} ({missing[0][0]}, ...) look like attention '
+        'but have no attention entry: register one (docs/extending.md, '
+        '"Registering an attention") or use a regular expression as '
+        '--target (no ablation or usage)')
+
+
 def select_parameters(model: nn.Module,
                       target: str = 'decoder-attention',
                       layers: Optional[Sequence[int]] = None) -> Selection:
@@ -76,6 +104,7 @@ def select_parameters(model: nn.Module,
     named = [(n, p) for n, p in model.named_parameters()]
     if target in NAMED_TARGETS:
         scope = _scope(target)
+        check_registered(model, scope)
         sites = find_attention_sites(model, scope)
         if target == 'decoder':
             params = [(n, p) for n, p in named
@@ -110,10 +139,17 @@ def select_parameters(model: nn.Module,
     if not params:
         available = find_attention_sites(model, '')
         msg = f'--target {target!r} selects no parameters'
-        if target in NAMED_TARGETS and target != 'decoder':
-            msg += (f': the {_scope(target)} has no attention layers (e.g. '
-                    'a linear decoder); use --target decoder or a regular '
-                    'expression over parameter names')
+        if target in NAMED_TARGETS and target != 'decoder' and not sites:
+            scope = _scope(target)
+            msg += (f': {_part(scope)} has no attention layers; use '
+                    + ('--target decoder' if scope == 'decode_head' else
+                       '--target decoder-attention')
+                    + ' or a regular expression over parameter names')
+        elif target in NAMED_TARGETS and target != 'decoder':
+            msg += (f': its attention ({", ".join(s.kind for s in sites)}) '
+                    'has no parameters that count as attention '
+                    '(docs/robustness.md, "Supported attention"); use '
+                    '--target decoder or a regular expression')
         if available:
             msg += '; attention layers in this model: ' + ', '.join(
                 s.name for s in available)

@@ -15,11 +15,16 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 
 from mmseg_whitebox.ops import ISTA
+from ..attention_registry import WHITE_BOX_ROLES, register_attention
 from .builder import build_attention, build_feedforward
 
 AttnCfg = Union[Dict[str, Any], nn.Module]
 
 
+@register_attention(
+    'outside', operator='attn', roles=WHITE_BOX_ROLES,
+    counted='the operator: bases U, output projection, step sizes, TSSA '
+    'temperature (q/k/v of encoder operators); not the norm before it')
 class PreNormResidual(nn.Module):
     """``x + drop_path(attn(norm(x), **kwargs))``.
 

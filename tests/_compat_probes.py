@@ -206,6 +206,24 @@ def resume_outcome() -> Dict[str, Any]:
             'same_model_draw': resumed[1] == third[1]}
 
 
+def package_config_outcome() -> str:
+    """Read a config whose ``_base_`` is one of mmseg's installed configs
+    (``mmseg::``): ``'ok'``, or the error's type and first line."""
+    import tempfile
+
+    from mmengine.config import Config
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, 'inherits.py')
+        with open(path, 'w', encoding='utf-8') as f:
+            f.write("_base_ = ['mmseg::ccnet/"
+                    "ccnet_r50-d8_4xb4-80k_ade20k-512x512.py']\n")
+        try:
+            Config.fromfile(path)
+        except Exception as exc:  # what fails is the finding
+            return f'{type(exc).__name__}: {str(exc).splitlines()[0]}'
+    return 'ok'
+
+
 def load_compat_alone() -> Any:
     """The ``mmseg_whitebox/compat/`` package loaded from its folder,
     without the package (whose ``__init__`` would apply every fix): the
@@ -245,6 +263,7 @@ def probe_all(evil: str, evil_marker: str, fallback_evil: str,
                                                           url_marker),
         'project checkpoint': project_checkpoint_outcome(project),
         'resume': resume_outcome(),
+        'package config': package_config_outcome(),
     }
 
 

@@ -63,8 +63,9 @@ def unfixed(tmp_path_factory):
         'mmseg_whitebox', 'mmseg_whitebox.compat',
         'mmseg_whitebox.compat.checkpoints',
         'mmseg_whitebox.compat.distributions',
-        'mmseg_whitebox.compat.import_shims', 'mmseg_whitebox.compat.resume',
-        'mmseg_whitebox.utils', 'mmseg_whitebox.utils.tool_error']
+        'mmseg_whitebox.compat.import_shims',
+        'mmseg_whitebox.compat.package_configs',
+        'mmseg_whitebox.compat.resume', 'mmseg_whitebox.utils', 'mmseg_whitebox.utils.tool_error']
     return report
 
 
@@ -192,7 +193,27 @@ def test_apply_is_idempotent_and_reports_status():
     assert first == second == compat.STATUS
     assert set(first) == {'torchvision_shim', 'mmcv_ops_shim',
                           'weights_only_loader', 'no_unsafe_load_fallback',
+                          'package_configs',
                           'resume_replays_skipped_batches', 'stack'}
+
+
+def test_without_package_configs_mmseg_bases_fail(unfixed, fixed):
+    """``_base_ = ['mmseg::...']``: mmengine 0.10.7 asks ``pkg_resources``
+    (gone from setuptools 81+, there only on the legacy stack), the
+    onedl fork's mmengine the distribution ``mmsegmentation`` (installed
+    as ``onedl-mmsegmentation``); with the fix, mmseg's configs are found
+    on every stack."""
+    assert unfixed['package config'] in (
+        'ok', "ModuleNotFoundError: No module named 'pkg_resources'",
+        'ModuleNotFoundError: mmsegmentation is not installed, please '
+        'install mmsegmentation manually')
+    if STACK == 'onedl':
+        assert unfixed['package config'] != 'ok'
+    assert compat.STATUS['package_configs'] is True
+    assert fixed['package config'] == 'ok'
+    from mmengine.config import config as mmengine_config
+    assert mmengine_config.is_installed('mmsegmentation')
+    assert not mmengine_config.is_installed('mmagic')
 
 
 def test_mmseg_and_timm_import_after_compat():

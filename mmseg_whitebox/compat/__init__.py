@@ -19,6 +19,11 @@ and on which versions):
     scheme of mmengine's ``CheckpointLoader``; onedl-mmengine's retry with
     ``weights_only=False`` removed. A file that needs full unpickling is
     refused (:class:`UnsafeCheckpointError`) with how to convert it.
+``package configs`` (:mod:`.package_configs`)
+    ``_base_ = ['mmseg::<method>/<name>.py']`` resolves through the
+    installed ``mmseg`` module (mmengine 0.10.7 needs ``pkg_resources``,
+    gone from setuptools 81+; onedl-mmengine looks for the distribution
+    ``mmsegmentation``).
 ``resume replays skipped batches`` (:mod:`.resume`, onedl-mmengine only)
     A resumed run loads the batches it skips, as mmengine 0.10.7 does, so
     it stays bitwise equal to the uninterrupted run.
@@ -47,6 +52,7 @@ from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
                            MSDA_WARNING, mmcv_ops_standin_needed,
                            mmcv_without_compiled_ops, patch_mmcv_ops,
                            patch_torchvision, torchvision_needs_shim)
+from .package_configs import patch_package_configs
 from .resume import patch_resume_skip
 
 __all__ = [
@@ -55,7 +61,8 @@ __all__ = [
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
     'apply', 'load_from_local_weights_only', 'load_from_weights_only',
     'mmcv_ops_standin_needed', 'mmcv_without_compiled_ops',
-    'patch_checkpoint_loader', 'patch_mmcv_ops', 'patch_resume_skip',
+    'patch_checkpoint_loader', 'patch_mmcv_ops', 'patch_package_configs',
+    'patch_resume_skip',
     'patch_safe_torch_load', 'patch_torchvision',
     'safe_torch_load_weights_only', 'stack', 'torch_load_weights_only',
     'torchvision_needs_shim'
@@ -75,6 +82,7 @@ def apply() -> Dict[str, Any]:
         mmcv_ops_shim=patch_mmcv_ops(),
         weights_only_loader=patch_checkpoint_loader(),
         no_unsafe_load_fallback=patch_safe_torch_load(),
+        package_configs=patch_package_configs(),
         resume_replays_skipped_batches=patch_resume_skip())
     if 'stack' not in STATUS:
         STATUS['stack'] = stack()

@@ -14,8 +14,9 @@ import torch
 from mmengine.logging import HistoryBuffer
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmseg_whitebox.apis.demo_models import (DEMO_MODELS, command_line,
-                                             data_options)
+from mmseg_whitebox.apis.demo_models import (DEMO_MODELS,
+                                             MMSEG_ATTENTION_HEADS,
+                                             command_line, data_options)
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_SEGMENTER = osp.join(
@@ -220,8 +221,13 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
 
 def demo_configs() -> dict:
     """The demo models (name -> config path relative to the repository
-    root), as ``make demo`` defines them."""
-    return dict(DEMO_MODELS)
+    root), as ``make demo`` defines them, but mmseg's classic attention
+    heads (``MMSEG_ATTENTION_HEADS``): the demo-wide tests select and
+    sweep each model's decoder attention, which the robustness tools do
+    not yet find in those heads (tests/test_demo.py builds and trains
+    them)."""
+    return {name: config for name, config in DEMO_MODELS.items()
+            if name not in MMSEG_ATTENTION_HEADS}
 
 
 class StubRunner:

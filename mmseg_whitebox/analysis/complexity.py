@@ -10,7 +10,7 @@ as ``bmm``) and otherwise leaves mmengine's counting as it is.
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -51,26 +51,31 @@ def flop_analyzer(model: nn.Module, inputs: Tuple) -> FlopAnalyzer:
 
 
 class _HeadOnFeatures(nn.Module):
-    """Calls a decode head on one encoder feature map (what it sees in an
-    EncoderDecoder), so it can be traced on its own."""
+    """Calls a decode head on the encoder's feature maps (what it sees in
+    an EncoderDecoder), so it can be traced on its own."""
 
     def __init__(self, head: nn.Module) -> None:
         super().__init__()
         self.head = head
 
-    def forward(self, feature: torch.Tensor) -> torch.Tensor:
-        return self.head([feature])
+    def forward(self, *features: torch.Tensor) -> Any:
+        return self.head(list(features))
 
 
-def decode_head_complexity(head: nn.Module,
-                           feature: torch.Tensor) -> Tuple[int, int]:
+def decode_head_complexity(
+        head: nn.Module, feature: Union[torch.Tensor, Sequence[torch.Tensor]]
+) -> Tuple[int, int]:
     """``(flops, params)`` of a decode head on a ``(B, C, H, W)`` encoder
-    feature map; flops are fused multiply-adds, params exclude the loss."""
+    feature map, or on the list of them the head is given (a head that
+    reads several levels: mmseg's ANNHead); flops are fused multiply-adds,
+    params exclude the loss."""
+    features = (feature, ) if isinstance(feature, torch.Tensor) else \
+        tuple(feature)
     was_training = head.training
     head.eval()
     try:
         with torch.no_grad():
-            flops = flop_analyzer(_HeadOnFeatures(head), (feature, )).total()
+            flops = flop_analyzer(_HeadOnFeatures(head), features).total()
     finally:
         head.train(was_training)
     params = sum(p.numel() for name, p in head.named_parameters()

@@ -242,14 +242,18 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
 
 def _decoder_complexity(model: Any) -> Dict[str, float]:
     """Decoder params and GFLOPs (mmengine, multiply-adds) on the features
-    of a 512x512 image."""
+    of a 512x512 image: as many feature maps as the encoder outputs (two
+    for ANN), each of its width."""
     import torch
 
     from mmseg_whitebox.analysis import decode_head_complexity
     patch = model.backbone.patch_embed.projection.kernel_size[0]
-    width = model.decode_head.in_channels
-    feature = torch.zeros(1, width, 512 // patch, 512 // patch)
-    flops, params = decode_head_complexity(model.decode_head, feature)
+    with torch.no_grad():  # the encoder's outputs, on a crop-sized image
+        outputs = model.extract_feat(torch.zeros(1, 3, 16 * patch,
+                                                 16 * patch))
+    features = [torch.zeros(1, out.shape[1], 512 // patch, 512 // patch)
+                for out in outputs]
+    flops, params = decode_head_complexity(model.decode_head, features)
     return dict(decoder_params=params, decoder_gflops_512=flops / 1e9)
 
 

@@ -4,8 +4,11 @@ config options it runs them with (a ``cfg_options`` dict; as
 
 Every demo model but three is a head on the same CPU-sized ViT encoder
 (``configs/*/*_vit-demo_*_synthade-*``); ``cbt``, ``crate`` and ``tost``
-are the CBSA head on white-box encoders of the same size. All train on the
-synthetic ADE20K-layout data.
+are the CBSA head on white-box encoders of the same size. Beside the
+white-box heads and Segmenter's, mmseg's classic attention decode heads
+(:data:`MMSEG_ATTENTION_HEADS`, ``configs/attention_heads/``) sit on the
+same encoder, to compare their decoder attention with the white-box
+heads'. All train on the synthetic ADE20K-layout data.
 """
 from __future__ import annotations
 
@@ -28,7 +31,19 @@ DEMO_MODELS: Dict[str, str] = {
     'cbt': 'configs/cbsa/cbsa_cbt-demo_1xb8-800iter_synthade-128x128.py',
     'crate': 'configs/cbsa/cbsa_crate-demo_1xb8-800iter_synthade-128x128.py',
     'tost': 'configs/cbsa/cbsa_tost-demo_1xb8-800iter_synthade-128x128.py',
+    # mmseg's classic attention decode heads (MMSEG_ATTENTION_HEADS)
+    'nonlocal': 'configs/attention_heads/'
+    'nonlocal_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'danet': 'configs/attention_heads/'
+    'danet_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'isanet': 'configs/attention_heads/'
+    'isanet_vit-demo_1xb8-800iter_synthade-128x128.py',
+    'ann': 'configs/attention_heads/'
+    'ann_vit-demo_1xb8-800iter_synthade-128x128.py',
 }
+#: the demo models that are mmseg's own attention decode heads on the demo
+#: ViT: NLHead, DAHead, ISAHead, ANNHead (configs/attention_heads/README.md)
+MMSEG_ATTENTION_HEADS = ('nonlocal', 'danet', 'isanet', 'ann')
 #: what ``make demo`` trains unless told otherwise
 DEFAULT_MODELS = ('segmenter', 'cbsa', 'cbsa-rigorous')
 

@@ -171,8 +171,12 @@ def format_summary(data: Dict[str, Any], label: str) -> str:
         verdict = ('attention unused: robustness is not informative'
                    if attention_unused(clean['mIoU'], value) else
                    'attention is used')
-        lines.append(f'{sel} removed: mIoU {value:.2f} '
+        sites = len(abl.get('sites', ()))
+        lines.append(f'{sel}: its {sites} attention site'
+                     f'{"s" if sites != 1 else ""} removed: mIoU {value:.2f} '
                      f'({value - clean["mIoU"]:+.2f}; {verdict})')
+    if data.get('not_measured'):
+        lines.append(data['not_measured'])
     summaries = summarize_results(data)
     width = max([26] + [len(s) + 2 for s in summaries])
     lines.append(f'{"selection":<{width}}{"sigma":>9}{"mean":>8}'

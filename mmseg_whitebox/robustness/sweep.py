@@ -52,6 +52,10 @@ from .summary import attention_unused, summarize_results, summary_rows
 from .sweep_options import NoiseSweepOptions
 
 METRICS = ('mIoU', 'aAcc', 'mAcc')
+#: said (and saved) when no selection covers a registered attention site
+NOT_MEASURED = ('attention removal and usage not measured: the selection '
+                'covers no registered attention site (docs/robustness.md, '
+                '"Supported attention")')
 
 
 def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
@@ -352,6 +356,9 @@ class NoiseSweep:
     def run(self) -> Dict[str, Any]:
         """Evaluate what the store does not hold yet; returns its data."""
         store = self.store
+        if not any(sel.sites for sel in self.selections):
+            store.data['not_measured'] = NOT_MEASURED
+            self.log(NOT_MEASURED)
         if not store.data.get('clean'):
             sites = [s for sel in self.selections for s in sel.sites]
             sites = list({s.name: s for s in sites}.values())

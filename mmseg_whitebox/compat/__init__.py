@@ -49,7 +49,7 @@ from .checkpoints import (WEIGHTS_ONLY_CONVERTER, WEIGHTS_ONLY_SCHEMES,
 from .distributions import STACKS, stack
 from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
                            COMPILED_MMCV_OPS, COMPILED_MMCV_TEST_CLASSES,
-                           MSDA_WARNING, mmcv_ops_standin_needed,
+                           MSDA_WARNING, is_standin, mmcv_ops_standin_needed,
                            mmcv_without_compiled_ops, patch_mmcv_ops,
                            patch_torchvision, torchvision_needs_shim)
 from .package_configs import patch_package_configs
@@ -59,8 +59,9 @@ __all__ = [
     'COMPILED_MMCV_CLASSES', 'COMPILED_MMCV_FUNCTIONS', 'COMPILED_MMCV_OPS',
     'COMPILED_MMCV_TEST_CLASSES', 'MSDA_WARNING', 'STACKS', 'STATUS',
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
-    'apply', 'load_from_local_weights_only', 'load_from_weights_only',
-    'mmcv_ops_standin_needed', 'mmcv_without_compiled_ops',
+    'apply', 'is_standin', 'load_from_local_weights_only',
+    'load_from_weights_only', 'mmcv_ops_standin_needed',
+    'mmcv_without_compiled_ops',
     'patch_checkpoint_loader', 'patch_mmcv_ops', 'patch_package_configs',
     'patch_resume_skip',
     'patch_safe_torch_load', 'patch_torchvision',

@@ -142,8 +142,10 @@ def mmcv_ops_standin_needed() -> bool:
 MSDA_WARNING = 'Fail to import ``MultiScaleDeformableAttention``'
 
 
-def _is_standin(module: Any) -> bool:
-    return getattr(module, '__mmseg_whitebox_shim__', False)
+def is_standin(obj: Any) -> bool:
+    """Whether ``obj`` is a stand-in that :func:`patch_mmcv_ops` made: the
+    ``mmcv.ops`` package, or the class of a compiled op it lacks."""
+    return getattr(obj, '__mmseg_whitebox_shim__', False)
 
 
 _MMCV_OPS_HOW = ('mmcv-lite has no compiled ops; install the full mmcv '
@@ -195,7 +197,7 @@ def patch_mmcv_ops() -> bool:
     mmcv's warning that MultiScaleDeformableAttention is missing is
     silenced.
     """
-    if _is_standin(sys.modules.get('mmcv.ops')):
+    if is_standin(sys.modules.get('mmcv.ops')):
         return True
     if mmcv_without_compiled_ops():
         # mmcv's transformer bricks (imported by mmseg's models) warn that

@@ -11,7 +11,8 @@ from mmengine.config import Config
 from mmseg_whitebox.utils.tool_error import ToolError
 
 from .config_checks import (check_config_files, check_config_values,
-                            check_model_types)
+                            check_model_types, check_package_types,
+                            missing_package_error)
 from .model_index import config_path
 
 
@@ -24,8 +25,13 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     (:mod:`.config_checks`), raised here, before anything is built. The
     config's ``custom_imports`` are imported here too, after the config
     is checked: an error in one of those modules is the module's, not the
-    config's. (:func:`~.runner_config.runner_config` adds what running a
-    Runner needs: work dir, launcher, checkpoint hook.)"""
+    config's, unless it is an optional package this environment lacks
+    (mmdet, mmpretrain, mmcv's compiled ops): that is an ``InputError``
+    naming the package and how to install it, as is a type of such a
+    package (``mmdet.PixelDecoder``) or a class that needs compiled ops
+    (:func:`~.config_checks.missing_package_error`).
+    (:func:`~.runner_config.runner_config` adds what running a Runner
+    needs: work dir, launcher, checkpoint hook.)"""
     if not osp.exists(path):
         try:
             path = config_path(path)
@@ -37,8 +43,20 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     check_config_values(cfg)
+    check_package_types(cfg)
     if cfg.get('custom_imports', None):
         from mmengine.utils import import_modules_from_strings
-        import_modules_from_strings(**cfg['custom_imports'])
+        try:
+            import_modules_from_strings(**cfg['custom_imports'])
+        except ImportError as exc:
+            # mmengine raises 'Failed to import <module>' while handling
+            # the import's own error, which names the module not found
+            cause = exc if exc.name else exc.__context__
+            error = missing_package_error(
+                getattr(cause, 'name', None),
+                f"custom_imports {cfg['custom_imports'].get('imports')!r}")
+            if error is None:
+                raise
+            raise error from exc
     check_model_types(cfg)
     return cfg

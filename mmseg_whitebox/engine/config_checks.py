@@ -12,18 +12,26 @@ a setting the class built from it does not take; counts and sizes that
 cannot be; dataset folders that do not exist; schedulers that end
 before they begin; ``--tta`` without its settings. A failed download of
 a config's pretrained weights becomes one too (:func:`reported_errors`).
+A config that needs an optional package this environment lacks (mmdet,
+mmpretrain, mmcv's compiled ops: :data:`OPTIONAL_PACKAGES`) is an
+:class:`~mmseg_whitebox.utils.tool_error.InputError` naming the package
+and how to install it (:func:`missing_package_error`).
 """
 from __future__ import annotations
 
 import ast
 import contextlib
 import difflib
+import importlib
+import importlib.util
 import inspect
 import os.path as osp
+import sys
 import urllib.error
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
-from mmseg_whitebox.utils.tool_error import ToolError
+from mmseg_whitebox.compat import STATUS, is_standin
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 #: the config formats mmengine reads
 CONFIG_SUFFIXES = ('.py', '.json', '.yml', '.yaml')
@@ -32,6 +40,28 @@ POSITIVE_MODEL_KEYS = ('num_classes', 'embed_dims', 'num_heads', 'channels',
                        'in_channels', 'patch_size', 'head_dim')
 #: how many close matches a message suggests
 SUGGESTIONS = 3
+#: optional packages a config may need: the module whose absence shows
+#: that the package is missing -> (what it is, how to install it on the
+#: default stack, on the onedl stack)
+OPTIONAL_PACKAGES = {
+    'mmdet': ('MMDetection (mmdet)',
+              "run `pip install mmdet` (its models need mmcv's compiled "
+              'ops too)',
+              'run `pip install onedl-mmdetection` (its models need '
+              "onedl-mmcv's compiled ops too)"),
+    'mmpretrain': ('MMPretrain (mmpretrain)', 'run `pip install mmpretrain`',
+                   'run `pip install onedl-mmpretrain`'),
+    'mmcv._ext': (
+        "mmcv's compiled ops",
+        'install a full mmcv built with its CUDA/C++ ops (mmcv, not '
+        "mmcv-lite); see mmcv's install guide",
+        'install onedl-mmcv built with its CUDA/C++ ops; see its install '
+        'guide'),
+}
+#: the compiled mmcv ops a class of mmseg's needs when it is built:
+#: CCHead's and PSAHead's; the onedl fork's mmseg also finds no
+#: point_sample (PointHead, SAN) without them
+COMPILED_OPS_NEEDED = ('CrissCrossAttention', 'PSAMask', 'point_sample')
 #: the settings of a dataloader that mmengine's ``Runner.build_dataloader``
 #: takes itself; the others go to torch's ``DataLoader``
 RUNNER_DATALOADER_KEYS = ('dataset', 'sampler', 'batch_sampler',
@@ -126,6 +156,69 @@ def check_config_files(path: str) -> None:
     check_config_file(path)
     for base in base_files(path):
         check_config_file(base)
+
+
+# -- optional packages -------------------------------------------------------
+
+def missing_package_error(module: Optional[str],
+                          needed_by: str) -> Optional[InputError]:
+    """The error that says ``needed_by`` (a setting of the config) needs
+    the optional package whose module ``module`` is not installed here,
+    and how to install it (:data:`OPTIONAL_PACKAGES`, for this stack);
+    None when ``module`` is installed or is not an optional package's, so
+    that any other import error stays a bug."""
+    if module not in OPTIONAL_PACKAGES or module in sys.modules:
+        return None
+    try:
+        if importlib.util.find_spec(module) is not None:
+            return None
+    except (ImportError, ValueError):
+        pass  # its parent package is missing too
+    what, default, onedl = OPTIONAL_PACKAGES[module]
+    onedl_stack = STATUS.get('stack', {}).get('name') == 'onedl'
+    return InputError(
+        f'{needed_by} needs {what}, which this environment lacks; to use '
+        f'this config, {onedl if onedl_stack else default}')
+
+
+def _missing_compiled_op(cls: type) -> Optional[str]:
+    """The compiled mmcv op (:data:`COMPILED_OPS_NEEDED`) that the module
+    of ``cls`` (or of a base class) imported without getting it: mmseg
+    binds it as None (the onedl fork) or to compat's stand-in
+    (mmsegmentation on mmcv-lite); None when there is no such op."""
+    for klass in inspect.getmro(cls):
+        names = getattr(sys.modules.get(klass.__module__), '__dict__', {})
+        for op in COMPILED_OPS_NEEDED:
+            if op in names and (names[op] is None or is_standin(names[op])):
+                return op
+    return None
+
+
+def check_package_types(cfg: Any) -> None:
+    """Every ``type='<package>.<Name>'`` anywhere in the config whose
+    package is an optional one (``mmdet.PixelDecoder``) names a package
+    that is installed and whose models import, as its registry will
+    import them (mmdet's need mmcv's compiled ops); else the
+    :func:`missing_package_error`. Checked before the model's types,
+    whose classes differ without the package (mmseg's MaskFormerHead
+    then takes no ``in_channels``)."""
+    for top in cfg:
+        for key, node in _dicts(cfg[top], top):
+            name = node.get('type')
+            scope = name.split('.', 1)[0] if isinstance(name, str) else ''
+            if scope not in OPTIONAL_PACKAGES or '.' not in name:
+                continue
+            needed_by = f'{key}.type {name!r}'
+            error = missing_package_error(scope, needed_by)
+            if error is None:
+                try:
+                    importlib.import_module(f'{scope}.models')
+                except ImportError as exc:
+                    error = missing_package_error(exc.name, needed_by)
+                    if error is None:
+                        raise
+            if error is not None:
+                raise error
 
 
 # -- the registry types and their settings ----------------------------------
@@ -224,6 +317,11 @@ def _check_built(node: Any, key: str, registry: Any) -> None:
                 'Fix the type in the config or in --cfg-options (names are '
                 'case-sensitive; a module of your own must be imported, '
                 'e.g. with custom_imports)')
+        op = _missing_compiled_op(cls) if isinstance(cls, type) else None
+        error = op and missing_package_error(
+            'mmcv._ext', f'{key}.type {name!r} (mmcv.ops.{op})')
+        if error:
+            raise error
         settings = init_settings(cls) if isinstance(cls, type) else None
         for setting in node:
             if settings is None or setting == 'type' or \

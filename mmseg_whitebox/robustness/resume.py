@@ -25,11 +25,13 @@ def _plain(obj: Any) -> str:
 
 def config_digest(path: str) -> Optional[str]:
     """The SHA-256 of the config file ``path`` as mmengine resolves it
-    (``_base_`` files merged); None when there is no such file."""
+    (``_base_`` files merged; its ``custom_imports`` are not imported:
+    that is for :func:`~mmseg_whitebox.engine.config.read_config`, which
+    reports a missing package); None when there is no such file."""
     if not osp.isfile(path):
         return None
     from mmengine.config import Config
-    resolved = Config.fromfile(path).to_dict()
+    resolved = Config.fromfile(path, import_custom_modules=False).to_dict()
     text = json.dumps(resolved, sort_keys=True, default=_plain)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -64,7 +64,8 @@ CORE_TESTS := tests/test_ops.py tests/test_layers.py tests/test_heads.py \
 	tests/test_ddp_models.py tests/test_released_encoders.py \
 	tests/test_released_init.py tests/test_compile.py \
 	tests/test_config_text.py tests/test_mita.py \
-	tests/test_attention_overflow.py tests/test_ddp_freeze_and_syncbn.py
+	tests/test_attention_overflow.py tests/test_ddp_freeze_and_syncbn.py \
+	tests/test_attention_registry.py
 
 .PHONY: install demo test test-core mmseg-tests clean-demo
 

@@ -2,12 +2,10 @@
 inside shrunk mmseg models (tests/_mmseg_families.py): removal equals a
 hand-written forward of the model without that attention, usage has one
 row per image at batch 1 and 2 (equal to each image alone), noise at
-sigma 0 leaves the logits bit for bit; and the sweep over mmseg's own
-configs: every attention module found, removed and measured per image."""
+sigma 0 leaves the logits bit for bit (the sweeps over mmseg's configs:
+test_attention_sweeps.py)."""
 import copy
-import json
 import os.path as osp
-import sys
 
 import pytest
 import torch
@@ -16,16 +14,13 @@ from mmengine.registry import init_default_scope
 from mmengine.structures import PixelData
 
 from mmseg_whitebox.models.attention_registry import (_BUILTIN,
-                                                      attention_entry,
                                                       registered_classes)
 from mmseg_whitebox.models.attention_sites import (AttentionAblation,
                                                    AttentionUsage,
                                                    find_attention_sites)
-from mmseg_whitebox.robustness import (NoiseSweepOptions, ParameterNoise,
-                                       run_noise_sweep, select_parameters)
+from mmseg_whitebox.robustness import ParameterNoise, select_parameters
 from mmseg_whitebox.utils.tool_error import InputError
 
-from _helpers import REPO, run_tool
 from _mmseg_families import (CONTRACT_FAMILIES, FAMILIES,
                              family_config_text)
 
@@ -287,63 +282,3 @@ def test_unregistered_attention_is_refused_by_name(tmp_path):
         select_parameters(model, 'decoder-attention')
     # a regular expression still reaches the rest (no removal, no usage)
     assert select_parameters(model, r'decode_head\.layers\.0\.').sites
-
-
-def save_random_weights(name, folder, data_root) -> str:
-    model = build(name, folder, data_root)
-    path = osp.join(str(folder), f'{name}.pth')
-    torch.save(dict(state_dict=model.state_dict()), path)
-    return path
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('name', list(FAMILIES))
-def test_sweep_over_mmseg_configs(name, family_data, tmp_path):
-    """``--sigmas 0 0.1 --draws 1`` on each family's attention target:
-    every attention module a site, its removal recorded, usage counted
-    once per validation image (2) at every site."""
-    family = FAMILIES[name]
-    ckpt = save_random_weights(name, tmp_path, family_data)
-    config = family_config(name, family_data, tmp_path)
-    options = NoiseSweepOptions(
-        sigmas=[0.0, 0.1], draws=1, target=family['target'],
-        out=str(tmp_path / 'out'), work_dir=str(tmp_path / 'work'),
-        progress=False)
-    if not family['classes']:
-        with pytest.raises(InputError, match='the decode head has no '
-                           'attention layers'):
-            run_noise_sweep(config, ckpt, options, log=lambda *a: None)
-        return
-    data = run_noise_sweep(config, ckpt, options, log=lambda *a: None)
-    expected = len(attention_modules(build(name, tmp_path), family))
-    usage = data['attention_usage']
-    assert len(usage) == expected
-    assert all(row['images'] == 2 for row in usage), usage
-    (ablation, ) = data['ablation'].values()
-    assert len(ablation['sites']) == expected
-    assert [p['sigma'] for p in data['points']] == [0.0, 0.1]
-    assert data['points'][0]['mIoU_mean'] == data['clean']['mIoU']
-
-
-def test_sweep_tool_on_swin_and_deeplab(family_data, tmp_path):
-    """Through tools/noise_robustness.py: Swin's encoder attention swept
-    (exit 0), DeepLabV3's decoder attention refused (exit 2, one line
-    naming the part)."""
-    out = {}
-    for name, code in (('swin', 0), ('deeplabv3', 2)):
-        ckpt = save_random_weights(name, tmp_path, family_data)
-        config = family_config(name, family_data, tmp_path)
-        result = run_tool(['tools/noise_robustness.py', config, ckpt,
-                           '--sigmas', '0', '0.1', '--draws', '1',
-                           '--target', FAMILIES[name]['target'],
-                           '--out', str(tmp_path / name),
-                           '--work-dir', str(tmp_path / f'w-{name}')],
-                          check=False)
-        out[name] = result.stdout + result.stderr
-        assert result.returncode == code, out[name][-3000:]
-    assert 'encoder-attention: its 8 attention sites removed' in out['swin']
-    with open(tmp_path / 'swin' / 'results.json') as f:
-        assert len(json.load(f)['attention_usage']) == 8
-    (line, ) = [ln for ln in out['deeplabv3'].splitlines()
-                if 'error:' in ln]
-    assert 'the decode head has no attention layers' in line

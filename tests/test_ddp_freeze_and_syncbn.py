@@ -227,3 +227,35 @@ def test_cpu_processes_get_the_reverting_wrapper():
             'CPUDistributedDataParallel'
     other = dict(type='MMSeparateDistributedDataParallel')
     assert reverting_sync_batchnorm(other) == other
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(torch.cuda.device_count() < 2 or
+                    not dist.is_nccl_available(),
+                    reason='needs 2 CUDA GPUs and NCCL (torch has no CPU '
+                    'SyncBN)')
+def test_syncbn_stem_statistics_equal_across_gpus(tmp_path):
+    """The CBT stem with SyncBN, as released, trained 2 steps on 2 GPUs
+    with other images per rank and no buffer broadcast (mmengine's DDP
+    default): its running statistics are equal on both ranks; with plain
+    BN they differ (the check can fail)."""
+    stats = {}
+    for norm in ('SyncBN', 'BN'):
+        out = tmp_path / norm
+        out.mkdir()
+        env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED='1')
+        code, log = run_in_session(
+            [sys.executable, '-m', 'torch.distributed.run',
+             '--nproc_per_node=2', f'--master_port={free_port()}',
+             osp.join(REPO, 'tests', 'syncbn_worker.py'), str(out), norm],
+            env, 600)
+        assert code == 0, log[-6000:]
+        stats[norm] = [torch.load(out / f'rank{r}.pth', weights_only=True)
+                       for r in range(2)]
+    synced, plain = stats['SyncBN'], stats['BN']
+    assert synced[0] and set(synced[0]) == set(synced[1])
+    for key in synced[0]:
+        torch.testing.assert_close(synced[0][key], synced[1][key],
+                                   rtol=1e-5, atol=1e-6)
+    assert any(not torch.allclose(plain[0][k], plain[1][k])
+               for k in plain[0] if 'running_mean' in k)

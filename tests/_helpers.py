@@ -222,10 +222,11 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
 def demo_configs() -> dict:
     """The demo models (name -> config path relative to the repository
     root), as ``make demo`` defines them, but mmseg's classic attention
-    heads (``MMSEG_ATTENTION_HEADS``): the demo-wide tests select and
-    sweep each model's decoder attention, which the robustness tools do
-    not yet find in those heads (tests/test_demo.py builds and trains
-    them)."""
+    heads (``MMSEG_ATTENTION_HEADS``): the demo-wide tests pin the
+    white-box and Segmenter heads (the parameters each one's attention
+    selection holds, its groups, its training); mmseg's heads' attention
+    is tested on mmseg's own configs (test_attention_registry.py,
+    test_attention_sweeps.py), their demo configs in test_demo.py."""
     return {name: config for name, config in DEMO_MODELS.items()
             if name not in MMSEG_ATTENTION_HEADS}
 

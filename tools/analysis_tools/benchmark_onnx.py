@@ -4,7 +4,8 @@
         [--models segmenter cbsa ...] [--shape 512 683] [--threads N] \
         [--repeats 5] [--warmup 1] [--out work_dirs/benchmark_onnx]
 
-Each demo model (make demo's configs; default: all of them) is built with
+Each demo model (make demo's configs; default: all of them but mmseg's
+attention heads, nonlocal, danet, isanet and ann) is built with
 random weights, exported with --dynamic and its deployment metadata, and
 predicts one image both ways: OnnxSegmentor (onnxruntime, CPU) and mmseg's
 inference_model (PyTorch, CPU), end to end and the network alone. One line
@@ -19,7 +20,8 @@ import argparse
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis import benchmark as common
 from mmseg_whitebox.apis import config_path
-from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+from mmseg_whitebox.apis.demo_models import (DEMO_MODELS,
+                                             MMSEG_ATTENTION_HEADS)
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.cli.options import (add_out_arg, add_shape_arg,
                                         add_threads_arg)
@@ -29,8 +31,10 @@ from mmseg_whitebox.utils.tool_error import ToolError
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     p.add_argument('--models', nargs='+', choices=list(DEMO_MODELS),
-                   default=list(DEMO_MODELS),
-                   help='demo models to time (default: all)')
+                   default=[name for name in DEMO_MODELS
+                            if name not in MMSEG_ATTENTION_HEADS],
+                   help='demo models to time (default: all but '
+                   f'{", ".join(MMSEG_ATTENTION_HEADS)})')
     add_shape_arg(p, 'the image predicted', default=(512, 683), minimum=16)
     add_threads_arg(p, 'CPU threads of torch and onnxruntime alike')
     p.add_argument('--repeats', type=int, default=5,

@@ -150,7 +150,7 @@ def is_standin(obj: Any) -> bool:
 
 _MMCV_OPS_HOW = ('mmcv-lite has no compiled ops; install the full mmcv '
                  '(e.g. `pip install -c constraints.txt --no-build-isolation '
-                 'mmcv==2.1.0`, see README) to use it')
+                 'mmcv==2.1.0`, see docs/install.md) to use it')
 
 
 class _StandinLoader(importlib.abc.Loader):

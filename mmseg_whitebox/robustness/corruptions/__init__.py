@@ -28,9 +28,9 @@ the severity, so every severity of a corruption draws the same random
 numbers and a curve over severity shows the severity, not the draw).
 Labels are not touched.
 
-Modules: :mod:`.library` (the adapter, names, severities),
-:mod:`.transform` (:func:`corrupt_image`, :class:`ImageCorruption`),
-:mod:`.report` (mPC, rPC, table, plot) and :mod:`.benchmark` (the pipeline
+Modules: :mod:`mmseg_whitebox.datasets.corruption_library` (the
+adapter, names, severities), :mod:`mmseg_whitebox.datasets.corruption_transform`
+(:func:`corrupt_image`, :class:`ImageCorruption`), :mod:`.report` (mPC, rPC, table, plot) and :mod:`.benchmark` (the pipeline
 change, the resumable store and the evaluation loop).
 """
 from mmseg_whitebox.datasets.corruption_library import (

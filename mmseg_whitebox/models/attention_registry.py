@@ -31,10 +31,9 @@ A user's attention class declares its convention with
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
 
-import torch
 import torch.nn as nn
 
 CONVENTIONS = ('inside', 'outside', 'context')

@@ -8,6 +8,16 @@ import textwrap
 RESNET18 = ("pretrained=None, backbone=dict(depth=18, init_cfg=None), "
             "auxiliary_head=dict(in_channels=256, channels=16)")
 
+# BEiT and MAE (a BEiT subclass) at 4 layers, 32 wide
+BEIT = """pretrained=None,
+            backbone=dict(img_size=(64, 64), embed_dims=32, num_layers=4,
+                          num_heads=2, out_indices=(0, 1, 2, 3),
+                          init_cfg=None),
+            neck=dict(embed_dim=32),
+            decode_head=dict(in_channels=[32, 32, 32, 32], channels=16),
+            auxiliary_head=dict(in_channels=32, channels=16),
+            test_cfg=dict(mode='whole')"""
+
 FAMILIES = {
     'segmenter': dict(
         base='segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py',
@@ -39,14 +49,7 @@ FAMILIES = {
     'beit': dict(
         base='beit/beit-base_upernet_8xb2-160k_ade20k-640x640.py',
         target='encoder-attention', classes=('BEiTAttention', ),
-        model="""pretrained=None,
-            backbone=dict(img_size=(64, 64), embed_dims=32, num_layers=4,
-                          num_heads=2, out_indices=(0, 1, 2, 3),
-                          init_cfg=None),
-            neck=dict(embed_dim=32),
-            decode_head=dict(in_channels=[32, 32, 32, 32], channels=16),
-            auxiliary_head=dict(in_channels=32, channels=16),
-            test_cfg=dict(mode='whole')"""),
+        model=BEIT),
     'knet': dict(
         base='knet/knet-s3_r50-d8_fcn_8xb2-adamw-80k_ade20k-512x512.py',
         target='decoder-attention', classes=('MultiheadAttention', ),
@@ -110,14 +113,7 @@ CONTRACT_FAMILIES = {
     'mae': dict(
         base='mae/mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py',
         target='encoder-attention', classes=('MAEAttention', ),
-        model="""pretrained=None,
-            backbone=dict(img_size=(64, 64), embed_dims=32, num_layers=4,
-                          num_heads=2, out_indices=(0, 1, 2, 3),
-                          init_cfg=None),
-            neck=dict(embed_dim=32),
-            decode_head=dict(in_channels=[32, 32, 32, 32], channels=16),
-            auxiliary_head=dict(in_channels=32, channels=16),
-            test_cfg=dict(mode='whole')"""),
+        model=BEIT),
     'dnl': dict(
         base='dnlnet/dnl_r50-d8_4xb4-80k_ade20k-512x512.py',
         target='decoder-attention', classes=('DisentangledNonLocal2d', ),

@@ -82,6 +82,31 @@ def test_demo_keeps_the_encoder_at_its_initialisation_by_default(tmp_path):
                  log=lambda line: None)
 
 
+def demo_config(name):
+    from mmengine.config import Config
+
+    from _helpers import REPO
+    from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+    return Config.fromfile(osp.join(REPO, DEMO_MODELS[name]))
+
+
+def frozen_demo_model(cfg):
+    """The demo model of ``cfg`` built (seed 0) with its encoder frozen,
+    and the demo's optimizer wrapper for it."""
+    import torch
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from mmseg_whitebox.engine.hooks import freeze_backbone
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    assert freeze_backbone(model) > 0
+    return model, build_optim_wrapper(model, cfg.optim_wrapper)
+
+
 @pytest.mark.parametrize('name', ['cbsa', 'cbt'])
 def test_freeze_backbone_keeps_every_encoder_weight_through_adamw_steps(name):
     """A 0 learning rate would not do it (PolyLR lifts it towards eta_min):
@@ -89,21 +114,7 @@ def test_freeze_backbone_keeps_every_encoder_weight_through_adamw_steps(name):
     leave every encoder weight bitwise as initialised, and move the
     decoder's."""
     import torch
-    from mmengine.config import Config
-    from mmengine.optim import build_optim_wrapper
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-
-    from _helpers import REPO
-    from mmseg_whitebox.apis.demo_models import DEMO_MODELS
-    from mmseg_whitebox.engine.hooks import freeze_backbone
-    cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS[name]))
-    init_default_scope('mmseg')
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    assert freeze_backbone(model) > 0
-    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    model, wrapper = frozen_demo_model(demo_config(name))
     for group in wrapper.optimizer.param_groups:
         group['lr'] = 1e-3  # what no schedule gives a frozen encoder
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -130,26 +141,14 @@ def test_mmseg_attention_heads_train_and_predict_on_the_demo_encoder(name):
     logits), and the decoder size the demo reports is the head's (ANN: on
     the encoder's two levels)."""
     import torch
-    from mmengine.config import Config
-    from mmengine.optim import build_optim_wrapper
-    from mmengine.registry import init_default_scope
     from mmengine.structures import PixelData
-    from mmseg.registry import MODELS
     from mmseg.structures import SegDataSample
 
-    from _helpers import REPO
     from mmseg_whitebox.apis.demo import _decoder_complexity
-    from mmseg_whitebox.apis.demo_models import DEMO_MODELS
-    from mmseg_whitebox.engine.hooks import freeze_backbone
-    cfg = Config.fromfile(osp.join(REPO, DEMO_MODELS[name]))
+    cfg = demo_config(name)
     assert 'auxiliary_head' not in cfg.model
     assert cfg.model.decode_head.norm_cfg.type == 'BN'
-    init_default_scope('mmseg')
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    assert freeze_backbone(model) > 0
-    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    model, wrapper = frozen_demo_model(cfg)
     gen = torch.Generator().manual_seed(0)
     size = 64
     inputs = torch.randn(2, 3, size, size, generator=gen)

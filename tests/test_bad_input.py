@@ -21,10 +21,10 @@ from mmseg_whitebox.datasets.checks import checked_seg_dataset
 from mmseg_whitebox.engine.config_checks import (check_data_roots,
                                                  check_param_schedulers,
                                                  check_tta,
-                                                 download_error_message,
-                                                 num_classes_problem,
-                                                 reported_errors)
+                                                 num_classes_problem)
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
+from mmseg_whitebox.engine.pretrained import (download_error_message,
+                                             reported_errors)
 from mmseg_whitebox.utils.checkpoint_checks import (check_state_dict,
                                                     init_model,
                                                     load_checkpoint)

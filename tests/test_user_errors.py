@@ -394,7 +394,7 @@ NEEDS_PACKAGE = {
 def missing_package_message(package: str) -> str:
     """What the tools say for the config of ``package`` here (skips
     where the package is installed)."""
-    from mmseg_whitebox.engine.config_checks import missing_package_error
+    from mmseg_whitebox.engine.optional_packages import missing_package_error
     error = missing_package_error(package, NEEDS_PACKAGE[package][1])
     if error is None:
         pytest.skip(f'{package} is installed here')
@@ -453,8 +453,8 @@ def test_missing_package_error_names_only_optional_packages(tmp_path):
     InputError (for a setting's type, a class needing compiled ops and
     the config's custom_imports); anything else stays the bug it is."""
     from mmseg_whitebox.engine.config import read_config
-    from mmseg_whitebox.engine.config_checks import (OPTIONAL_PACKAGES,
-                                                     missing_package_error)
+    from mmseg_whitebox.engine.optional_packages import (
+        OPTIONAL_PACKAGES, missing_package_error)
     from mmseg_whitebox.utils.tool_error import InputError
     assert missing_package_error('torch', 'x') is None  # installed
     assert missing_package_error('no_such_module', 'x') is None  # a bug

@@ -16,9 +16,9 @@ import sys
 from typing import Any, Dict, Optional
 
 from mmseg_whitebox.engine.config_checks import (check_tta,
-                                                 num_classes_problem,
-                                                 reported_errors)
+                                                 num_classes_problem)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
+from mmseg_whitebox.engine.pretrained import reported_errors
 from mmseg_whitebox.engine.runner_config import build_test_runner
 from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.input_checks import check_writable_folder

@@ -18,11 +18,11 @@ from typing import Any, Optional
 
 from mmseg_whitebox.engine.config_checks import (check_data_roots,
                                                  check_param_schedulers,
-                                                 num_classes_problem,
-                                                 reported_errors)
+                                                 num_classes_problem)
 from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
                                          ResumeCheckHook)
-from mmseg_whitebox.engine.pretrained import fetch_pretrained_weights
+from mmseg_whitebox.engine.pretrained import (fetch_pretrained_weights,
+                                              reported_errors)
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
 from mmseg_whitebox.utils.distributed import run_device

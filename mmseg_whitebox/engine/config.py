@@ -11,8 +11,8 @@ from mmengine.config import Config
 from mmseg_whitebox.utils.tool_error import ToolError
 
 from .config_checks import (check_config_files, check_config_values,
-                            check_model_types, check_package_types,
-                            missing_package_error)
+                            check_model_types, check_package_types)
+from .optional_packages import missing_package_error
 from .model_index import config_path
 
 
@@ -29,7 +29,7 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     (mmdet, mmpretrain, mmcv's compiled ops): that is an ``InputError``
     naming the package and how to install it, as is a type of such a
     package (``mmdet.PixelDecoder``) or a class that needs compiled ops
-    (:func:`~.config_checks.missing_package_error`).
+    (:func:`~.optional_packages.missing_package_error`).
     (:func:`~.runner_config.runner_config` adds what running a Runner
     needs: work dir, launcher, checkpoint hook.)"""
     if not osp.exists(path):

@@ -11,27 +11,25 @@ Python (its ``_base_`` files included); a ``type`` no registry knows and
 a setting the class built from it does not take; counts and sizes that
 cannot be; dataset folders that do not exist; schedulers that end
 before they begin; ``--tta`` without its settings. A failed download of
-a config's pretrained weights becomes one too (:func:`reported_errors`).
-A config that needs an optional package this environment lacks (mmdet,
-mmpretrain, mmcv's compiled ops: :data:`OPTIONAL_PACKAGES`) is an
+a config's pretrained weights becomes one too
+(:func:`~.pretrained.reported_errors`). A config that needs an optional
+package this environment lacks is an
 :class:`~mmseg_whitebox.utils.tool_error.InputError` naming the package
-and how to install it (:func:`missing_package_error`).
+and how to install it (:mod:`.optional_packages`).
 """
 from __future__ import annotations
 
 import ast
-import contextlib
 import difflib
 import importlib
 import importlib.util
 import inspect
 import os.path as osp
-import sys
-import urllib.error
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
-from mmseg_whitebox.compat import STATUS, is_standin
-from mmseg_whitebox.utils.tool_error import InputError, ToolError
+from mmseg_whitebox.utils.tool_error import ToolError
+from .optional_packages import (OPTIONAL_PACKAGES, missing_compiled_op,
+                                missing_package_error)
 
 #: the config formats mmengine reads
 CONFIG_SUFFIXES = ('.py', '.json', '.yml', '.yaml')
@@ -40,28 +38,6 @@ POSITIVE_MODEL_KEYS = ('num_classes', 'embed_dims', 'num_heads', 'channels',
                        'in_channels', 'patch_size', 'head_dim')
 #: how many close matches a message suggests
 SUGGESTIONS = 3
-#: optional packages a config may need: the module whose absence shows
-#: that the package is missing -> (what it is, how to install it on the
-#: default stack, on the onedl stack)
-OPTIONAL_PACKAGES = {
-    'mmdet': ('MMDetection (mmdet)',
-              "run `pip install mmdet` (its models need mmcv's compiled "
-              'ops too)',
-              'run `pip install onedl-mmdetection` (its models need '
-              "onedl-mmcv's compiled ops too)"),
-    'mmpretrain': ('MMPretrain (mmpretrain)', 'run `pip install mmpretrain`',
-                   'run `pip install onedl-mmpretrain`'),
-    'mmcv._ext': (
-        "mmcv's compiled ops",
-        'install a full mmcv built with its CUDA/C++ ops (mmcv, not '
-        "mmcv-lite); see mmcv's install guide",
-        'install onedl-mmcv built with its CUDA/C++ ops; see its install '
-        'guide'),
-}
-#: the compiled mmcv ops a class of mmseg's needs when it is built:
-#: CCHead's and PSAHead's; the onedl fork's mmseg also finds no
-#: point_sample (PointHead, SAN) without them
-COMPILED_OPS_NEEDED = ('CrissCrossAttention', 'PSAMask', 'point_sample')
 #: the settings of a dataloader that mmengine's ``Runner.build_dataloader``
 #: takes itself; the others go to torch's ``DataLoader``
 RUNNER_DATALOADER_KEYS = ('dataset', 'sampler', 'batch_sampler',
@@ -159,40 +135,6 @@ def check_config_files(path: str) -> None:
 
 
 # -- optional packages -------------------------------------------------------
-
-def missing_package_error(module: Optional[str],
-                          needed_by: str) -> Optional[InputError]:
-    """The error that says ``needed_by`` (a setting of the config) needs
-    the optional package whose module ``module`` is not installed here,
-    and how to install it (:data:`OPTIONAL_PACKAGES`, for this stack);
-    None when ``module`` is installed or is not an optional package's, so
-    that any other import error stays a bug."""
-    if module not in OPTIONAL_PACKAGES or module in sys.modules:
-        return None
-    try:
-        if importlib.util.find_spec(module) is not None:
-            return None
-    except (ImportError, ValueError):
-        pass  # its parent package is missing too
-    what, default, onedl = OPTIONAL_PACKAGES[module]
-    onedl_stack = STATUS.get('stack', {}).get('name') == 'onedl'
-    return InputError(
-        f'{needed_by} needs {what}, which this environment lacks; to use '
-        f'this config, {onedl if onedl_stack else default}')
-
-
-def _missing_compiled_op(cls: type) -> Optional[str]:
-    """The compiled mmcv op (:data:`COMPILED_OPS_NEEDED`) that the module
-    of ``cls`` (or of a base class) imported without getting it: mmseg
-    binds it as None (the onedl fork) or to compat's stand-in
-    (mmsegmentation on mmcv-lite); None when there is no such op."""
-    for klass in inspect.getmro(cls):
-        names = getattr(sys.modules.get(klass.__module__), '__dict__', {})
-        for op in COMPILED_OPS_NEEDED:
-            if op in names and (names[op] is None or is_standin(names[op])):
-                return op
-    return None
-
 
 def check_package_types(cfg: Any) -> None:
     """Every ``type='<package>.<Name>'`` anywhere in the config whose
@@ -317,7 +259,7 @@ def _check_built(node: Any, key: str, registry: Any) -> None:
                 'Fix the type in the config or in --cfg-options (names are '
                 'case-sensitive; a module of your own must be imported, '
                 'e.g. with custom_imports)')
-        op = _missing_compiled_op(cls) if isinstance(cls, type) else None
+        op = missing_compiled_op(cls) if isinstance(cls, type) else None
         error = op and missing_package_error(
             'mmcv._ext', f'{key}.type {name!r} (mmcv.ops.{op})')
         if error:
@@ -467,59 +409,6 @@ def check_data_roots(cfg: Any, loaders: Iterable[str]) -> None:
                     f'synthetic_ade20k.py {parent}{variant}`')
         raise ToolError(f'{key.split(".")[0]}: dataset folder {root!r} does '
                         f'not exist; {hint}')
-
-
-def pretrained_urls(cfg: Any) -> List[str]:
-    """The http(s) URLs a config downloads weights from."""
-    urls = []
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (list, tuple)):
-            for value in obj:
-                walk(value)
-        elif isinstance(obj, str) and obj.startswith(('http://',
-                                                      'https://')):
-            if obj not in urls:
-                urls.append(obj)
-
-    walk(cfg.get('model', None))
-    walk(cfg.get('load_from', None))
-    return urls
-
-
-def download_error_message(cfg: Any, exc: BaseException,
-                           cached: Optional[str] = None) -> str:
-    """What to say when fetching a config's pretrained weights failed
-    (``cached``: where torch's hub cache keeps the file, if known)."""
-    urls = pretrained_urls(cfg)
-    reason = getattr(exc, 'reason', exc)
-    where = ', '.join(urls) if urls else 'a URL in the config'
-    cache = (f'put it at {cached}' if cached else "put it in torch's cache "
-             '(~/.cache/torch/hub/checkpoints/, or $TORCH_HOME/hub/'
-             'checkpoints/)')
-    return (
-        f'could not download the pretrained weights {where} ({reason}): '
-        'is this machine offline, or behind a proxy/firewall? Download the '
-        'file elsewhere (and '
-        'convert it if needed, e.g. tools/model_converters/timm2mmseg.py for '
-        'timm ViTs), then point the config at the local copy: --cfg-options '
-        'model.pretrained=/path/to/weights.pth (or model.backbone.init_cfg.'
-        f'checkpoint=... where the config sets init_cfg), or {cache}; '
-        'model.pretrained=None trains from scratch')
-
-
-@contextlib.contextmanager
-def reported_errors(cfg: Any) -> Iterator[None]:
-    """A failed download of the config's pretrained weights (offline, a
-    proxy) as a :class:`ToolError` that says what to do; the data and
-    checkpoint checks raise their own typed errors."""
-    try:
-        yield
-    except urllib.error.URLError as exc:
-        raise ToolError(download_error_message(cfg, exc)) from exc
 
 
 def check_param_schedulers(cfg: Any) -> None:

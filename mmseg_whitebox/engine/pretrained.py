@@ -25,13 +25,13 @@ mmengine's barrier for another's download: the downloads are in
 """
 from __future__ import annotations
 
+import contextlib
 import os.path as osp
-from typing import Any, Iterator, List, Tuple
+import urllib.error
+from typing import Any, Iterator, List, Optional, Tuple
 
 from mmseg_whitebox.utils.downloads import URL_SCHEMES, fetch_url
 from mmseg_whitebox.utils.tool_error import ToolError
-
-from .config_checks import download_error_message
 
 #: the types of ``init_cfg`` that load a checkpoint
 PRETRAINED_TYPES = ('Pretrained', 'Pretrained_Part')
@@ -97,3 +97,54 @@ def _fetch_url(cfg: Any, url: str) -> None:
                                                               cached))
 
 
+def pretrained_urls(cfg: Any) -> List[str]:
+    """The http(s) URLs a config downloads weights from."""
+    urls = []
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                walk(value)
+        elif isinstance(obj, str) and obj.startswith(('http://',
+                                                      'https://')):
+            if obj not in urls:
+                urls.append(obj)
+
+    walk(cfg.get('model', None))
+    walk(cfg.get('load_from', None))
+    return urls
+
+
+def download_error_message(cfg: Any, exc: BaseException,
+                           cached: Optional[str] = None) -> str:
+    """What to say when fetching a config's pretrained weights failed
+    (``cached``: where torch's hub cache keeps the file, if known)."""
+    urls = pretrained_urls(cfg)
+    reason = getattr(exc, 'reason', exc)
+    where = ', '.join(urls) if urls else 'a URL in the config'
+    cache = (f'put it at {cached}' if cached else "put it in torch's cache "
+             '(~/.cache/torch/hub/checkpoints/, or $TORCH_HOME/hub/'
+             'checkpoints/)')
+    return (
+        f'could not download the pretrained weights {where} ({reason}): '
+        'is this machine offline, or behind a proxy/firewall? Download the '
+        'file elsewhere (and '
+        'convert it if needed, e.g. tools/model_converters/timm2mmseg.py for '
+        'timm ViTs), then point the config at the local copy: --cfg-options '
+        'model.pretrained=/path/to/weights.pth (or model.backbone.init_cfg.'
+        f'checkpoint=... where the config sets init_cfg), or {cache}; '
+        'model.pretrained=None trains from scratch')
+
+
+@contextlib.contextmanager
+def reported_errors(cfg: Any) -> Iterator[None]:
+    """A failed download of the config's pretrained weights (offline, a
+    proxy) as a :class:`ToolError` that says what to do; the data and
+    checkpoint checks raise their own typed errors."""
+    try:
+        yield
+    except urllib.error.URLError as exc:
+        raise ToolError(download_error_message(cfg, exc)) from exc

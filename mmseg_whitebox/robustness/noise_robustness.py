@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional
 
 from mmseg_whitebox.engine.runner_config import (build_test_runner,
                                                  runner_config)
-from mmseg_whitebox.engine.config_checks import reported_errors
+from mmseg_whitebox.engine.pretrained import reported_errors
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
 from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.tool_error import ToolError

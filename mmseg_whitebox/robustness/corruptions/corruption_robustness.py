@@ -14,7 +14,7 @@ from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
                                                         check_severities,
                                                         resolve_corruptions)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
-from mmseg_whitebox.engine.config_checks import reported_errors
+from mmseg_whitebox.engine.pretrained import reported_errors
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.tool_error import ToolError
 from ..evaluation import RunnerEvaluation

@@ -202,6 +202,12 @@ def test_demo_headline_states_each_attentions_removal_cost():
     assert removal_verdict('cbsa', unused, sigmas) == (
         'note: removing cbsa\'s decoder attention changes mIoU by -0.58: it '
         'is unused, so its robustness is not informative')
+    harmful = dict(clean=20.0, ablated=22.64, curve={0.01: 20.0})
+    assert removal_verdict('isanet', harmful, sigmas) == (
+        'isanet: removing its decoder attention raises mIoU by 2.64 '
+        '(20.00 -> 22.64): it is in use but lowers mIoU here, so its noise '
+        'curve is not a robustness of something useful: sigma_50 > 1 (not '
+        'reached)')
 
 
 @pytest.mark.parametrize('kwargs, message', [

@@ -323,8 +323,9 @@ def removal_verdict(name: str, robustness: Dict[str, Any],
                     sigmas: Sequence[float]) -> str:
     """One model's headline: the mIoU its decoder attention's removal
     costs, and whether that attention is in use (then its sigma_50, the
-    noise that halves the clean mIoU, is informative) or unused (then its
-    robustness says nothing)."""
+    noise that halves the clean mIoU, is informative), unused (then its
+    robustness says nothing) or in use but harmful (removing it raises
+    mIoU)."""
     from mmseg_whitebox.robustness import attention_unused
     from mmseg_whitebox.robustness.summary import (fmt_sigma50,
                                                    sigma_at_fraction)
@@ -336,6 +337,11 @@ def removal_verdict(name: str, robustness: Dict[str, Any],
     curve = [robustness['curve'].get(s, float('nan')) for s in sigmas]
     sigma_50 = fmt_sigma50(sigma_at_fraction(sigmas, curve, clean),
                            min(sigmas), max(sigmas))
+    if removed > clean:  # in use, but the head does better without it
+        return (f'{name}: removing its decoder attention raises mIoU by '
+                f'{removed - clean:.2f} ({clean:.2f} -> {removed:.2f}): it '
+                'is in use but lowers mIoU here, so its noise curve is not '
+                f'a robustness of something useful: sigma_50 {sigma_50}')
     return (f'{name}: removing its decoder attention costs '
             f'{clean - removed:.2f} mIoU ({clean:.2f} -> {removed:.2f}): it '
             f'is in use, so its robustness is informative: sigma_50 '

@@ -113,7 +113,9 @@ class AttentionEntry:
         exclude: patterns on parameter names inside the operator that do
             not count as the attention (beside normalisation layers).
         roles: parameter groups (see :data:`DEFAULT_ROLES`).
-        counted: one line for the docs' table: what is perturbed.
+
+    What each entry counts, per class: docs/robustness.md, "Supported
+    attention".
     """
 
     convention: str
@@ -125,7 +127,6 @@ class AttentionEntry:
     batch_axis: BatchAxis = 0
     exclude: Tuple[str, ...] = ()
     roles: Tuple[Tuple[str, str], ...] = DEFAULT_ROLES
-    counted: str = 'every parameter but normalisation layers'
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
@@ -171,8 +172,10 @@ def register_attention(convention: str, **options: Any
 
 def _resolve() -> None:
     """Import the classes registered by name (other libraries' classes,
-    those a stack lacks skipped)."""
+    those a stack lacks skipped), once."""
     global _resolved
+    if _resolved:
+        return
     for key in [k for k in _ENTRIES if isinstance(k, str)]:
         module, _, name = key.rpartition('.')
         try:
@@ -185,8 +188,7 @@ def _resolve() -> None:
 
 def attention_entry(module: nn.Module) -> Optional[AttentionEntry]:
     """The entry of the most derived registered class of ``module``."""
-    if not _resolved:
-        _resolve()
+    _resolve()
     for cls in type(module).__mro__:
         if cls in _ENTRIES:
             return _ENTRIES[cls]
@@ -195,59 +197,49 @@ def attention_entry(module: nn.Module) -> Optional[AttentionEntry]:
 
 def registered_classes() -> Dict[type, AttentionEntry]:
     """Every registered class and its entry (imported ones)."""
-    if not _resolved:
-        _resolve()
+    _resolve()
     return {k: v for k, v in _ENTRIES.items() if isinstance(k, type)}
 
 
 # Other libraries' attention, by import path. mmcv's MHA is the base of
 # SegFormer's (and so of Twins' GSA); mmseg's SelfAttentionBlock the base
-# of PAM and of the ISA, ANN and OCR blocks.
-_MMCV_MHA = AttentionEntry(
-    'inside', identity=mmcv_mha_identity, batch_axis=mmcv_batch_axis,
-    counted='q/k/v and output projections, weights and biases')
+# of PAM and of the ISA, ANN and OCR blocks. Norm layers never count; what
+# else an entry leaves out is commented beside it.
+_MMCV_MHA = AttentionEntry('inside', identity=mmcv_mha_identity,
+                           batch_axis=mmcv_batch_axis)
 _OUTSIDE = dict(convention='outside', stream='parent')
 _BUILTIN = {
     'mmcv.cnn.bricks.transformer.MultiheadAttention': _MMCV_MHA,
+    # not the spatial-reduction conv `sr` (it shapes the keys, like a
+    # patch embedding)
     'mmseg.models.backbones.mit.EfficientMultiheadAttention': replace(
         _MMCV_MHA, identity=segformer_identity, batch_axis=0,
-        exclude=(r'^sr\.',),
-        counted='q/k/v and output projections; not the spatial-reduction '
-        'conv `sr` and its norm (they shape the keys, like a patch '
-        'embedding)'),
+        exclude=(r'^sr\.',)),
+    # SegFormer's attention called with identity 0: the block adds the
+    # residual
     'mmseg.models.backbones.twins.GlobalSubsampledAttention': AttentionEntry(
-        exclude=(r'^sr\.',), counted='as SegFormer\'s (called with '
-        'identity 0: the block adds the residual)', **_OUTSIDE),
+        exclude=(r'^sr\.',), **_OUTSIDE),
     'mmseg.models.backbones.twins.LocallyGroupedSelfAttention':
-        AttentionEntry(counted='qkv and output projections', **_OUTSIDE),
+        AttentionEntry(**_OUTSIDE),
+    # not the relative-position bias tables (a position prior)
     'mmseg.models.backbones.swin.ShiftWindowMSA': AttentionEntry(
-        exclude=(r'relative_position_bias_table$',),
-        counted='qkv and output projections; not the relative-position '
-        'bias table', **_OUTSIDE),
+        exclude=(r'relative_position_bias_table$',), **_OUTSIDE),
+    # the block's layer scale gamma_1 is in the update, not perturbed
     'mmseg.models.backbones.beit.BEiTAttention': AttentionEntry(
         scale='gamma_1', exclude=(r'relative_position_bias_table$',),
-        counted='qkv weight, q and v biases, output projection; not the '
-        'relative-position table; the block\'s layer scale gamma_1 is in '
-        'the update, not perturbed', **_OUTSIDE),
-    'mmcv.cnn.bricks.non_local._NonLocalNd': AttentionEntry(
-        'inside', counted='g, theta, phi and output convs (DNL: and its '
-        'mask conv); not conv_out\'s norm'),
+        **_OUTSIDE),
+    'mmcv.cnn.bricks.non_local._NonLocalNd': AttentionEntry('inside'),
     'mmseg.models.utils.self_attention_block.SelfAttentionBlock':
-        AttentionEntry('context', counted='query/key/value and output '
-                       'projections (convs), not their norms'),
-    'mmseg.models.decode_heads.da_head.PAM': AttentionEntry(
-        'inside', counted='query/key/value projections and the learned '
-        'residual scale gamma'),
-    'mmseg.models.decode_heads.da_head.CAM': AttentionEntry(
-        'inside', counted='its learned residual scale gamma (its only '
-        'parameter)'),
+        AttentionEntry('context'),
+    # PAM and CAM: their learned residual scale gamma counts (CAM's only
+    # parameter)
+    'mmseg.models.decode_heads.da_head.PAM': AttentionEntry('inside'),
+    'mmseg.models.decode_heads.da_head.CAM': AttentionEntry('inside'),
+    # the context before the bottleneck that fuses it with the pixels
     'mmseg.models.decode_heads.ocr_head.ObjectAttentionBlock':
         AttentionEntry('context', output='out_project',
-                       exclude=(r'^bottleneck\.',),
-                       counted='query/key/value and output projections; not '
-                       'the bottleneck that fuses context and pixels'),
-    'mmseg.models.decode_heads.ema_head.EMAModule': AttentionEntry(
-        'context', counted='none: its bases are a buffer (moving average), '
-        'so decoder-attention perturbs nothing; removal and usage work'),
+                       exclude=(r'^bottleneck\.',)),
+    # no parameters: its bases are a buffer (a moving average)
+    'mmseg.models.decode_heads.ema_head.EMAModule': AttentionEntry('context'),
 }
 _ENTRIES.update(_BUILTIN)

@@ -21,10 +21,7 @@ from .builder import build_attention, build_feedforward
 AttnCfg = Union[Dict[str, Any], nn.Module]
 
 
-@register_attention(
-    'outside', operator='attn', roles=WHITE_BOX_ROLES,
-    counted='the operator: bases U, output projection, step sizes, TSSA '
-    'temperature (q/k/v of encoder operators); not the norm before it')
+@register_attention('outside', operator='attn', roles=WHITE_BOX_ROLES)
 class PreNormResidual(nn.Module):
     """``x + drop_path(attn(norm(x), **kwargs))``.
 

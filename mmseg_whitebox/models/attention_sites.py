@@ -59,6 +59,12 @@ class AttentionSite:
     def convention(self) -> str:
         return self.entry.convention
 
+    @property
+    def owner(self) -> str:
+        """The registered module's name (its submodules are the site's)."""
+        suffix = f'.{self.entry.operator}' if self.entry.operator else ''
+        return self.name.removesuffix(suffix)
+
     def named_parameters(self) -> List[Tuple[str, nn.Parameter]]:
         """The parameters that count as the attention: the operator's,
         without normalisation layers and the entry's exclusions."""
@@ -100,7 +106,7 @@ def find_attention_sites(model: nn.Module,
     sites: List[AttentionSite] = []
     for name, module in model.named_modules():
         if not _in_scope(name, scope) or any(
-                _in_scope(name, s) for s in _owners(sites)):
+                _in_scope(name, s.owner) for s in sites):
             continue
         entry = attention_entry(module)
         if entry is not None:
@@ -108,19 +114,17 @@ def find_attention_sites(model: nn.Module,
     return sites
 
 
-def _owners(sites: List[AttentionSite]) -> List[str]:
-    """The module names whose submodules belong to a site."""
-    return [s.name.removesuffix('.' + s.entry.operator)
-            if s.entry.operator else s.name for s in sites]
-
-
-def unregistered_attention(model: nn.Module, scope: str = ''
+def unregistered_attention(model: nn.Module, scope: str = '',
+                           sites: Optional[List[AttentionSite]] = None
                            ) -> List[Tuple[str, str]]:
     """``(name, class)`` of the modules under ``scope`` whose class name
     looks like attention (:data:`ATTENTION_LIKE`) but that no registered
-    site holds or contains: attention the evaluator would miss."""
+    site holds or contains: attention the evaluator would miss.
+    ``sites``: the scope's sites, if already found."""
     model = unwrap_model(model)
-    owners = _owners(find_attention_sites(model, scope))
+    if sites is None:
+        sites = find_attention_sites(model, scope)
+    owners = [s.owner for s in sites]
     found = []
     for name, module in model.named_modules():
         cls = type(module).__name__

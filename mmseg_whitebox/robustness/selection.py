@@ -20,6 +20,7 @@ time; :func:`select_layers` makes one selection per layer.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -69,20 +70,20 @@ def _part(scope: str) -> str:
             'the decode head')
 
 
-def check_registered(model: nn.Module, scope: str) -> None:
+def check_registered(model: nn.Module, scope: str,
+                     sites: Optional[List[AttentionSite]] = None) -> None:
     """Refuse a part of the model holding attention the registry does not
-    know: the sweep would miss it, and its removal and usage with it.
+    know: the sweep would miss it, and its removal and usage with it
+    (``sites``: the part's sites, if already found).
 
     Raises:
         InputError: naming the modules, how to register them and the
             regular-expression way around.
     """
-    missing = unregistered_attention(model, scope)
+    missing = unregistered_attention(model, scope, sites)
     if not missing:
         return
-    counts: dict = {}
-    for _, cls in missing:
-        counts[cls] = counts.get(cls, 0) + 1
+    counts = Counter(cls for _, cls in missing)
     what = ', '.join(f'{n} {cls}' for cls, n in counts.items())
     raise InputError(
         f'{what} in {_part(scope)} ({missing[0][0]}, ...) look like attention '
@@ -104,8 +105,8 @@ def select_parameters(model: nn.Module,
     named = [(n, p) for n, p in model.named_parameters()]
     if target in NAMED_TARGETS:
         scope = _scope(target)
-        check_registered(model, scope)
         sites = find_attention_sites(model, scope)
+        check_registered(model, scope, sites)
         if target == 'decoder':
             params = [(n, p) for n, p in named
                       if n.startswith('decode_head.')]
@@ -123,9 +124,7 @@ def select_parameters(model: nn.Module,
         sites = [s for s in find_attention_sites(model, '')
                  if any(id(p) in selected for _, p in s.named_parameters())]
     if layers is not None:
-        all_sites = {s.index: s for s in (
-            find_attention_sites(model, _scope(target))
-            if target in NAMED_TARGETS else sites)}
+        all_sites = {s.index: s for s in sites}
         missing = [i for i in layers if i not in all_sites]
         if missing:
             raise InputError(
@@ -139,17 +138,18 @@ def select_parameters(model: nn.Module,
     if not params:
         available = find_attention_sites(model, '')
         msg = f'--target {target!r} selects no parameters'
-        if target in NAMED_TARGETS and target != 'decoder' and not sites:
+        if target in NAMED_TARGETS and target != 'decoder':
             scope = _scope(target)
-            msg += (f': {_part(scope)} has no attention layers; use '
-                    + ('--target decoder' if scope == 'decode_head' else
-                       '--target decoder-attention')
-                    + ' or a regular expression over parameter names')
-        elif target in NAMED_TARGETS and target != 'decoder':
-            msg += (f': its attention ({", ".join(s.kind for s in sites)}) '
-                    'has no parameters that count as attention '
-                    '(docs/robustness.md, "Supported attention"); use '
-                    '--target decoder or a regular expression')
+            if not sites:
+                msg += (f': {_part(scope)} has no attention layers; use '
+                        + ('--target decoder' if scope == 'decode_head'
+                           else '--target decoder-attention')
+                        + ' or a regular expression over parameter names')
+            else:
+                msg += (f': its attention ({", ".join(s.kind for s in sites)})'
+                        ' has no parameters that count as attention '
+                        '(docs/robustness.md, "Supported attention"); use '
+                        '--target decoder or a regular expression')
         if available:
             msg += '; attention layers in this model: ' + ', '.join(
                 s.name for s in available)

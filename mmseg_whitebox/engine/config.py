@@ -12,7 +12,7 @@ from mmseg_whitebox.utils.tool_error import ToolError
 
 from .config_checks import (check_config_files, check_config_values,
                             check_model_types, check_package_types)
-from .optional_packages import missing_package_error
+from .optional_packages import raise_if_missing_package
 from .model_index import config_path
 
 
@@ -49,14 +49,9 @@ def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         try:
             import_modules_from_strings(**cfg['custom_imports'])
         except ImportError as exc:
-            # mmengine raises 'Failed to import <module>' while handling
-            # the import's own error, which names the module not found
-            cause = exc if exc.name else exc.__context__
-            error = missing_package_error(
-                getattr(cause, 'name', None),
+            raise_if_missing_package(
+                exc,
                 f"custom_imports {cfg['custom_imports'].get('imports')!r}")
-            if error is None:
-                raise
-            raise error from exc
+            raise
     check_model_types(cfg)
     return cfg

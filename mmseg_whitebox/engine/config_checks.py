@@ -29,7 +29,8 @@ from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 from mmseg_whitebox.utils.tool_error import ToolError
 from .optional_packages import (OPTIONAL_PACKAGES, missing_compiled_op,
-                                missing_package_error)
+                                missing_package_error,
+                                raise_if_missing_package)
 
 #: the config formats mmengine reads
 CONFIG_SUFFIXES = ('.py', '.json', '.yml', '.yaml')
@@ -152,15 +153,13 @@ def check_package_types(cfg: Any) -> None:
                 continue
             needed_by = f'{key}.type {name!r}'
             error = missing_package_error(scope, needed_by)
-            if error is None:
-                try:
-                    importlib.import_module(f'{scope}.models')
-                except ImportError as exc:
-                    error = missing_package_error(exc.name, needed_by)
-                    if error is None:
-                        raise
             if error is not None:
                 raise error
+            try:
+                importlib.import_module(f'{scope}.models')
+            except ImportError as exc:
+                raise_if_missing_package(exc, needed_by)
+                raise
 
 
 # -- the registry types and their settings ----------------------------------

@@ -57,6 +57,17 @@ def missing_package_error(module: Optional[str],
         f'this config, {onedl if onedl_stack else default}')
 
 
+def raise_if_missing_package(exc: ImportError, needed_by: str) -> None:
+    """Raise :func:`missing_package_error` for ``exc`` when the module it
+    did not find (its own, or that of the error it was raised while
+    handling: mmengine's "Failed to import") is an optional package's;
+    return otherwise, for the caller to re-raise ``exc`` as a bug."""
+    cause = exc if exc.name else exc.__context__
+    error = missing_package_error(getattr(cause, 'name', None), needed_by)
+    if error is not None:
+        raise error from exc
+
+
 def missing_compiled_op(cls: type) -> Optional[str]:
     """The compiled mmcv op (:data:`COMPILED_OPS_NEEDED`) that the module
     of ``cls`` (or of a base class) imported without getting it: mmseg

@@ -219,6 +219,26 @@ def small_run_options(data_root: str, iters: int, work_dir: str = None,
     return opts
 
 
+def labelled_batch(num: int = 2, size: int = 64, classes: int = 150
+                   ) -> Tuple[torch.Tensor, list]:
+    """``num`` random ``size``x``size`` images and their SegDataSamples
+    with random labels (seed 0): a model's ``loss`` or ``predict`` input
+    without a dataset."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    gen = torch.Generator().manual_seed(0)
+    inputs = torch.randn(num, 3, size, size, generator=gen)
+    samples = []
+    for _ in range(num):
+        sample = SegDataSample(metainfo=dict(
+            img_shape=(size, size), pad_shape=(size, size),
+            ori_shape=(size, size)))
+        sample.gt_sem_seg = PixelData(data=torch.randint(
+            0, classes, (1, size, size), generator=gen))
+        samples.append(sample)
+    return inputs, samples
+
+
 def demo_configs() -> dict:
     """The demo models (name -> config path relative to the repository
     root), as ``make demo`` defines them, but mmseg's classic attention

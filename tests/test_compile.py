@@ -18,10 +18,9 @@ import torch
 from PIL import Image
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
-from mmengine.structures import PixelData
-from mmseg.structures import SegDataSample
 
-from _helpers import REPO, demo_configs, run_tool, small_run_options
+from _helpers import (REPO, demo_configs, labelled_batch, run_tool,
+                      small_run_options)
 from mmseg_whitebox.engine.hooks.compile_hook import DYNAMO_OPTIONS
 
 pytestmark = pytest.mark.skipif(
@@ -77,20 +76,6 @@ def build_segmentor(name: str) -> torch.nn.Module:
     return model
 
 
-def batch(num: int = 2):
-    gen = torch.Generator().manual_seed(0)
-    inputs = torch.randn(num, 3, SIZE, SIZE, generator=gen)
-    samples = []
-    for _ in range(num):
-        sample = SegDataSample(metainfo=dict(
-            img_shape=(SIZE, SIZE), pad_shape=(SIZE, SIZE),
-            ori_shape=(SIZE, SIZE)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(
-            0, 150, (1, SIZE, SIZE), generator=gen))
-        samples.append(sample)
-    return inputs, samples
-
-
 def graph_breaks(fn, *args, **kwargs):
     """Dynamo's graph breaks while tracing ``fn(*args, **kwargs)``: their
     count and reasons."""
@@ -110,7 +95,7 @@ def test_forward_and_loss_trace_whole(name):
     """Under ``no_grad`` the forward (inference, the noise sweep); with
     gradients the loss, whose trace holds the forward too."""
     model = build_segmentor(name)
-    inputs, samples = batch()
+    inputs, samples = labelled_batch(2, SIZE)
     with torch.no_grad():
         _, reasons = graph_breaks(model.eval(), inputs, mode='tensor')
     assert not_torchs(reasons) == []
@@ -145,7 +130,7 @@ def test_flipped_label_maps_do_not_compile_the_loss_again():
     assert packed_labels(True).stride() != packed_labels(False).stride()
     model = build_segmentor('cbsa').train()
     compile_segmentor(model, dict(backend='eager'))
-    inputs, samples = batch()
+    inputs, samples = labelled_batch(2, SIZE)
     torch._dynamo.reset()
     counters.clear()
     graphs = []

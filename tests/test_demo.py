@@ -141,25 +141,15 @@ def test_mmseg_attention_heads_train_and_predict_on_the_demo_encoder(name):
     logits), and the decoder size the demo reports is the head's (ANN: on
     the encoder's two levels)."""
     import torch
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
 
+    from _helpers import labelled_batch
     from mmseg_whitebox.apis.demo import _decoder_complexity
     cfg = demo_config(name)
     assert 'auxiliary_head' not in cfg.model
     assert cfg.model.decode_head.norm_cfg.type == 'BN'
     model, wrapper = frozen_demo_model(cfg)
-    gen = torch.Generator().manual_seed(0)
     size = 64
-    inputs = torch.randn(2, 3, size, size, generator=gen)
-    samples = []
-    for _ in range(2):
-        sample = SegDataSample(metainfo=dict(
-            img_shape=(size, size), pad_shape=(size, size),
-            ori_shape=(size, size)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(
-            0, 150, (1, size, size), generator=gen))
-        samples.append(sample)
+    inputs, samples = labelled_batch(2, size)
     model.train()
     losses = model.loss(inputs, samples)
     assert len([k for k in losses if 'loss' in k]) == (

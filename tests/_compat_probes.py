@@ -167,43 +167,75 @@ def kept_random_state() -> Iterator[None]:
 
 
 def resume_outcome() -> Dict[str, Any]:
-    """Resume iteration 2 of 3 the way mmengine's IterBasedTrainLoop does:
-    seed, build the data iterator, restore torch's random state saved with
-    the checkpoint (RNGStateCheckpointHook), ``skip_iter(2)``, then step.
-    A step is the batch the pipeline made plus one draw of torch's
-    generator (the model's dropout / drop path). Returns how many items
-    were loaded while skipping and whether the resumed step equals the
-    uninterrupted run's; ``{'skip_iter': False}`` on an mmengine whose
-    loop replays the batches itself (0.10.7)."""
+    """Resume iteration 2 of 3 with mmengine's own ``IterBasedTrainLoop``
+    (0.10.7 replays by ``next``, onedl calls ``skip_iter``), numpy's and
+    torch's random states saved after iteration 2 restored right before
+    the first batch to train, as ``RNGStateCheckpointHook`` does. A step
+    is the batch the pipeline made plus one draw of torch's generator
+    (the model's dropout / drop path). Returns how many items were loaded
+    before the resumed step's batch and whether that step equals the
+    uninterrupted run's."""
     from mmengine.dataset import InfiniteSampler
-    from mmengine.runner import loops
-    iterator_cls = loops._InfiniteDataloaderIterator
-    if not hasattr(iterator_cls, 'skip_iter'):
-        return {'skip_iter': False}
+    from mmengine.runner.loops import IterBasedTrainLoop
 
-    def start():
+    class RestoreBeforeNextBatch:
+        def __init__(self, loop: Any, state: tuple) -> None:
+            self.loop, self.state = loop, state
+            self.inner, self.left = loop.dataloader_iterator, loop.iter
+
+        def __iter__(self):
+            return self
+
+        def skip_iter(self, num: int) -> None:
+            self.inner.skip_iter(num)
+            self.left -= num
+
+        def __next__(self):
+            if self.left > 0:
+                self.left -= 1
+            else:
+                np.random.set_state(self.state[0])
+                torch.set_rng_state(self.state[1])
+                self.loop.dataloader_iterator = self.inner
+            return next(self.inner)
+
+    def train(resume_from: Any = None) -> tuple:
         np.random.seed(0)
         torch.manual_seed(0)
         dataset = RandomPipeline()
-        return dataset, iterator_cls(torch.utils.data.DataLoader(
-            dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0)))
+        steps, states = [], []
 
-    def step(iterator):
-        return next(iterator).tolist(), torch.rand(1).item()
+        def call_hook(name: str, **kwargs: Any) -> None:
+            if name == 'before_train' and resume_from:
+                loop.dataloader_iterator = RestoreBeforeNextBatch(
+                    loop, resume_from)
+            if name == 'after_train_iter':
+                states.append((np.random.get_state(), torch.get_rng_state()))
+
+        def train_step(data: Any, optim_wrapper: Any = None) -> dict:
+            steps.append((data.tolist(), torch.rand(1).item(),
+                          dataset.loads - len(data)))
+            return {}
+
+        runner = types.SimpleNamespace(
+            call_hook=call_hook, val_loop=None, optim_wrapper=None,
+            visualizer=types.SimpleNamespace(dataset_meta=None),
+            model=types.SimpleNamespace(train=lambda: None,
+                                        train_step=train_step))
+        loop = IterBasedTrainLoop(runner, torch.utils.data.DataLoader(
+            dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0)),
+            max_iters=3)
+        if resume_from:
+            loop._iter = 2
+        loop.run()
+        return steps, states
 
     with kept_random_state():
-        _, iterator = start()
-        step(iterator), step(iterator)
-        saved = torch.get_rng_state()
-        third = step(iterator)
-        dataset, iterator = start()
-        torch.set_rng_state(saved)
-        iterator.skip_iter(2)
-        loads = dataset.loads
-        resumed = step(iterator)
-    return {'skip_iter': True, 'loads_while_skipping': loads,
-            'same_batch': resumed[0] == third[0],
-            'same_model_draw': resumed[1] == third[1]}
+        straight, states = train()
+        (resumed,), _ = train(resume_from=states[1])
+    return {'loads_while_skipping': resumed[2],
+            'same_batch': resumed[0] == straight[2][0],
+            'same_model_draw': resumed[1] == straight[2][1]}
 
 
 def package_config_outcome() -> str:

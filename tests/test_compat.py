@@ -169,22 +169,25 @@ def test_without_no_unsafe_load_fallback_code_runs(unfixed, fixed):
         'outcome': 'UnsafeCheckpointError', 'payload_ran': False}
 
 
-def test_without_resume_replay_resumed_run_differs(unfixed, fixed):
-    """onedl: ``--resume`` skips the trained batches without loading them
-    and draws the data iterator's seed after the restore, so the next
-    batch's random transform and the model's random draw differ from the
-    uninterrupted run's."""
-    if STACK != 'onedl':
-        assert unfixed['resume'] == {'skip_iter': False}
-        assert compat.STATUS['resume_replays_skipped_batches'] is False
-        pytest.skip(f'{STACK} stack: mmengine {compat.stack().get("mmengine")}'
-                    ' loads the skipped batches itself (fix not applied)')
-    assert unfixed['resume'] == {'skip_iter': True, 'loads_while_skipping': 0,
-                                 'same_batch': False,
-                                 'same_model_draw': False}
-    assert compat.STATUS['resume_replays_skipped_batches'] is True
-    assert fixed['resume'] == {'skip_iter': True, 'loads_while_skipping': 4,
-                               'same_batch': True, 'same_model_draw': True}
+def test_without_resume_fix_trained_batches_are_loaded_or_run_differs(
+        unfixed, fixed):
+    """mmengine 0.10.7's ``--resume`` loads every trained batch again
+    (4 items to skip 2 batches of 2); onedl-mmengine's skips them in the
+    sampler but draws the data iterator's seed from torch's generator
+    after the resume restored it, so the model's next random draw differs
+    from the uninterrupted run's. With the fix: nothing loaded, the same
+    batch and draw, on both."""
+    if STACK == 'onedl':
+        assert unfixed['resume'] == {'loads_while_skipping': 0,
+                                     'same_batch': True,
+                                     'same_model_draw': False}
+    else:
+        assert unfixed['resume'] == {'loads_while_skipping': 4,
+                                     'same_batch': True,
+                                     'same_model_draw': True}
+    assert compat.STATUS['resume_skips_without_loading'] is True
+    assert fixed['resume'] == {'loads_while_skipping': 0, 'same_batch': True,
+                               'same_model_draw': True}
 
 
 def test_apply_is_idempotent_and_reports_status():
@@ -194,7 +197,7 @@ def test_apply_is_idempotent_and_reports_status():
     assert set(first) == {'torchvision_shim', 'mmcv_ops_shim',
                           'weights_only_loader', 'no_unsafe_load_fallback',
                           'package_configs',
-                          'resume_replays_skipped_batches', 'stack'}
+                          'resume_skips_without_loading', 'stack'}
 
 
 def test_without_package_configs_mmseg_bases_fail(unfixed, fixed):

@@ -1,8 +1,9 @@
 """A 2-process run (tools/dist_train.sh, gloo, CUDA hidden) killed while
 it saves a checkpoint, then resumed with ``--resume`` on 2 processes:
 rank 0 alone removes the cut-off file, every rank restores its own random
-states, and the run ends bitwise equal to an uninterrupted one. Marked
-``distributed`` (deselect with ``-m "not distributed"``)."""
+states, no rank reads a batch it had trained, and the run ends bitwise
+equal to an uninterrupted one. Marked ``distributed`` (deselect with
+``-m "not distributed"``)."""
 import os
 import os.path as osp
 
@@ -11,6 +12,7 @@ import torch
 
 from _helpers import REPO, assert_same, small_run_options
 from fault_plugin import FAULT
+from read_count_plugin import READS, training_reads
 from test_distributed import NPROC, pytestmark, run_script  # noqa: F401
 
 #: what every launched training run takes to run on CPU processes
@@ -32,9 +34,9 @@ def _options(data_root: str) -> list:
 
 
 def _train(config: str, work: str, data_root: str, resume: bool = False,
-           fault: str = '', check: bool = True) -> tuple:
+           fault: str = '', check: bool = True, reads: str = '') -> tuple:
     tests = osp.dirname(osp.abspath(__file__))
-    env = {FAULT: fault, 'PYTHONPATH': os.pathsep.join(
+    env = {FAULT: fault, READS: reads, 'PYTHONPATH': os.pathsep.join(
         p for p in (tests, os.environ.get('PYTHONPATH')) if p)}
     return run_script(['tools/dist_train.sh', config, str(NPROC),
                        '--work-dir', work] + CPU_ARGS +
@@ -48,8 +50,8 @@ def test_killed_during_a_save_then_resumed_on_two_processes(tiny_ade,
     config = tmp_path / 'cbsa_fault.py'
     config.write_text(
         f'_base_ = [{DEMO_CBSA!r}]\n'
-        "custom_imports = dict(imports=['mmseg_whitebox', 'fault_plugin'],"
-        ' allow_failed_imports=False)\n')
+        "custom_imports = dict(imports=['mmseg_whitebox', 'fault_plugin', "
+        "'read_count_plugin'], allow_failed_imports=False)\n")
     straight, crashed = str(tmp_path / 'straight'), str(tmp_path / 'crash')
     _train(str(config), straight, tiny_ade)
 
@@ -62,13 +64,17 @@ def test_killed_during_a_save_then_resumed_on_two_processes(tiny_ade,
     cut = [n for n in os.listdir(crashed) if n.startswith('.iter_4.')]
     assert len(cut) == 1, os.listdir(crashed)
 
-    _, log = _train(str(config), crashed, tiny_ade, resume=True)
+    reads = str(tmp_path / 'resumed_reads.log')
+    _, log = _train(str(config), crashed, tiny_ade, resume=True, reads=reads)
     assert log.count('note: removing') == 1, log[-6000:]
     assert f'note: removing {osp.join(crashed, cut[0])}' in log
     assert 'FileNotFoundError' not in log and 'Traceback' not in log
     assert 'resumed from the latest checkpoint' in log
     assert 'random states not restored' not in log
     assert not [n for n in os.listdir(crashed) if n.startswith('.iter')]
+    # resumed at iteration 2: each rank reads the 4 images it trains on,
+    # none of the 2 it had trained (loading them again would read 12)
+    assert training_reads(reads) == NPROC * (ITERS - 2)
 
     a, b = (torch.load(osp.join(work, f'iter_{ITERS}.pth'),
                        weights_only=True) for work in (straight, crashed))

@@ -177,35 +177,80 @@ def test_large_image_memory_report(tmp_path):
 
 
 # ------------------------------------------------------ crash-safe training
+TESTS = osp.dirname(osp.abspath(__file__))
+#: the published configs' training loader (persistent workers), 2 workers
+TWO_WORKERS = ['train_dataloader.num_workers=2',
+               'train_dataloader.persistent_workers=True']
+
+
+def _counting_config(folder) -> str:
+    """The demo Segmenter config, with tests/read_count_plugin.py logging
+    every dataset read."""
+    config = osp.join(str(folder), 'segmenter_reads.py')
+    with open(config, 'w') as f:
+        f.write(f'_base_ = [{DEMO_SEGMENTER!r}]\n'
+                "custom_imports = dict(imports=['mmseg_whitebox', "
+                "'read_count_plugin'], allow_failed_imports=False)\n")
+    return config
+
+
 def _train_cmd(data_root: str, work_dir: str, iters: int,
-               resume: bool = False) -> list:
-    opts = small_run_options(data_root, iters=iters) + [
+               resume: bool = False, config: str = DEMO_SEGMENTER,
+               batch_size: int = 2, extra: tuple = ()) -> list:
+    opts = small_run_options(data_root, iters=iters,
+                             batch_size=batch_size) + [
         'default_hooks.checkpoint.interval=2',
-        'default_hooks.checkpoint.max_keep_ckpts=-1']
-    return ([sys.executable, 'tools/train.py', DEMO_SEGMENTER, '--work-dir',
+        'default_hooks.checkpoint.max_keep_ckpts=-1'] + list(extra)
+    return ([sys.executable, 'tools/train.py', config, '--work-dir',
              work_dir] + (['--resume'] if resume else []) +
             ['--cfg-options'] + opts)
 
 
-def _run(cmd: list) -> None:
+def _env(reads: str = '') -> dict:
+    """The environment of a run: read_count_plugin importable, logging
+    to ``reads``."""
+    from read_count_plugin import READS
+    return dict(os.environ, PYTHONUNBUFFERED='1', **{READS: reads},
+                PYTHONPATH=os.pathsep.join(
+                    p for p in (TESTS, os.environ.get('PYTHONPATH')) if p))
+
+
+def _run(cmd: list, reads: str = '') -> str:
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ,
-                                                PYTHONUNBUFFERED='1'))
+                          timeout=300, env=_env(reads))
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout + proc.stderr
+
+
+def _same_final_checkpoints(straight: str, resumed: str, iters: int) -> None:
+    a, b = (torch.load(osp.join(work, f'iter_{iters}.pth'),
+                       weights_only=True) for work in (straight, resumed))
+    assert a['meta']['iter'] == b['meta']['iter'] == iters
+    assert_same(a['state_dict'], b['state_dict'], 'state_dict')
+    assert_same(a['optimizer'], b['optimizer'], 'optimizer')
+    assert a['optimizer']['state'], 'no optimizer state to compare'
 
 
 @pytest.mark.slow
 def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
         tiny_ade, tmp_path):
+    """Killed between its checkpoints (iterations 2 and 4), resumed from
+    the one at 2: equal to the uninterrupted run, bitwise, with no data
+    worker (``num_workers=0``), and having read only the 2 batches it
+    trained (4 images; loading the trained batches again would read
+    8)."""
+    from read_count_plugin import training_reads
     iters = 4
+    config = _counting_config(tmp_path)
     straight, crashed = str(tmp_path / 'straight'), str(tmp_path / 'crash')
-    _run(_train_cmd(tiny_ade, straight, iters))
+    _run(_train_cmd(tiny_ade, straight, iters, config=config))
 
     # the same run, killed once its first checkpoint (iter 2) is complete:
     # mmengine writes last_checkpoint after the checkpoint file
-    proc = subprocess.Popen(_train_cmd(tiny_ade, crashed, iters), cwd=REPO,
+    proc = subprocess.Popen(_train_cmd(tiny_ade, crashed, iters,
+                                       config=config), cwd=REPO,
                             stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, env=_env())
     marker = osp.join(crashed, 'last_checkpoint')
     deadline = time.monotonic() + 240
     try:
@@ -224,15 +269,44 @@ def test_sigkill_between_checkpoints_then_resume_is_bitwise_equal(
     assert not osp.exists(osp.join(crashed, f'iter_{iters}.pth')), \
         'the run was not killed between its two checkpoints'
 
-    _run(_train_cmd(tiny_ade, crashed, iters, resume=True))
-    a = torch.load(osp.join(straight, f'iter_{iters}.pth'),
-                   weights_only=True)
-    b = torch.load(osp.join(crashed, f'iter_{iters}.pth'),
-                   weights_only=True)
-    assert a['meta']['iter'] == b['meta']['iter'] == iters
-    assert_same(a['state_dict'], b['state_dict'], 'state_dict')
-    assert_same(a['optimizer'], b['optimizer'], 'optimizer')
-    assert a['optimizer']['state'], 'no optimizer state to compare'
+    reads = str(tmp_path / 'resumed_reads.log')
+    _run(_train_cmd(tiny_ade, crashed, iters, resume=True, config=config),
+         reads=reads)
+    _same_final_checkpoints(straight, crashed, iters)
+    assert training_reads(reads) == (iters - 2) * 2
+
+
+@pytest.mark.slow
+def test_resume_with_two_persistent_workers_is_bitwise_equal(tiny_ade,
+                                                             tmp_path):
+    """The published configs' training loader (persistent data workers, 2
+    here), resumed at iteration 6 of 8 from the uninterrupted run's
+    checkpoint. Guaranteed: the resumed run ends bitwise equal to the
+    uninterrupted one (weights, optimizer state, the random states of the
+    process and of its workers), because each worker starts from the
+    random state saved with the checkpoint for the batch it makes next;
+    and it reads none of the 6 trained batches: at most the 2 it trains
+    and the DataLoader's prefetch (2 batches per worker), 6 images where
+    loading the trained batches again would read at least 8."""
+    from read_count_plugin import training_reads
+    iters, at = 8, 6
+    config = _counting_config(tmp_path)
+    straight, resumed = str(tmp_path / 'straight'), str(tmp_path / 'resumed')
+    _run(_train_cmd(tiny_ade, straight, iters, config=config, batch_size=1,
+                    extra=TWO_WORKERS))
+    reads = str(tmp_path / 'resumed_reads.log')
+    log = _run(_train_cmd(
+        tiny_ade, resumed, iters, resume=True, config=config, batch_size=1,
+        extra=TWO_WORKERS + [f'load_from={straight}/iter_{at}.pth']),
+        reads=reads)
+    assert f'resumed epoch: 0, iter: {at}' in log
+    assert 'not restored' not in log and 'loaded again' not in log
+    _same_final_checkpoints(straight, resumed, iters)
+    a, b = (torch.load(osp.join(work, f'iter_{iters}.pth'),
+                       weights_only=True) for work in (straight, resumed))
+    assert len(a['rng_state']['ranks'][0]['data_workers']['workers']) == 2
+    assert_same(a['rng_state'], b['rng_state'], 'rng_state')
+    assert iters - at <= training_reads(reads) <= iters - at + 2 * 2
 
 
 # ------------------------------------------------ random states on resume
@@ -360,6 +434,119 @@ def test_earlier_and_other_world_size_random_states(caplog):
     hook.after_load_checkpoint(runner, earlier)
     hook.before_train(runner)
     assert_same(capture_random_state(), before)
+
+
+# ----------------------------------- resume without reading trained data
+class _RandomReads(torch.utils.data.Dataset):
+    """8 items, each read drawing from Python's, numpy's and torch's
+    generators as a random transform does; every read (in this process or
+    a data worker) appends a line to ``log``."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with open(self.log, 'a') as f:
+            f.write(f'{index}\n')
+        return torch.tensor([index, random.random(), np.random.rand(),
+                             torch.rand(1).item()], dtype=torch.float64)
+
+
+class _ToyRunner:
+    """What mmengine's ``IterBasedTrainLoop`` and RNGStateCheckpointHook
+    use of a Runner: the hook called at each hook point, a checkpoint
+    (written and read back as a run does) after every iteration, a model
+    whose step records its batch and a random draw of its own (drop
+    path)."""
+
+    def __init__(self, hook, resume: bool = False) -> None:
+        self.hook, self._resume = hook, resume
+        self.logger = logging.getLogger('rng-state-test')
+        self.visualizer = types.SimpleNamespace(dataset_meta=None)
+        self.val_loop, self.optim_wrapper, self.epoch = None, None, 0
+        self.model = types.SimpleNamespace(train=lambda: None,
+                                           train_step=self._step)
+        self.steps, self.checkpoints = [], {}
+
+    @property
+    def iter(self) -> int:
+        return self.train_loop.iter
+
+    def _step(self, data, optim_wrapper=None) -> dict:
+        self.steps.append((data.tolist(), torch.rand(2).tolist(),
+                           float(np.random.rand()), random.random()))
+        return {}
+
+    def call_hook(self, name: str, **kwargs) -> None:
+        if hasattr(self.hook, name):
+            getattr(self.hook, name)(self, **kwargs)
+        if name == 'after_train_iter':
+            checkpoint = {}
+            self.hook.before_save_checkpoint(self, checkpoint)
+            self.checkpoints[self.iter + 1] = _saved(checkpoint)
+
+
+def _toy_training(log: str, workers: int, iters: int,
+                  resume_from: dict = None, at: int = 0) -> _ToyRunner:
+    """``iters`` iterations of 2 items through mmengine's InfiniteSampler,
+    ``workers`` persistent data workers seeded by mmengine's
+    ``worker_init_fn``, mmengine's ``IterBasedTrainLoop`` and
+    RNGStateCheckpointHook; resumed from ``resume_from`` (saved after
+    iteration ``at``) under another seed, so that only what is restored
+    can make it equal."""
+    import functools
+
+    from mmengine.dataset import InfiniteSampler, worker_init_fn
+    from mmengine.runner.loops import IterBasedTrainLoop
+    _seed_all(1 if resume_from else 0)
+    dataset = _RandomReads(log)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=2, sampler=InfiniteSampler(dataset, seed=0),
+        num_workers=workers, persistent_workers=workers > 0,
+        worker_init_fn=functools.partial(worker_init_fn, num_workers=workers,
+                                         rank=0, seed=0) if workers else None)
+    runner = _ToyRunner(RNGStateCheckpointHook(), resume=bool(resume_from))
+    runner.train_loop = IterBasedTrainLoop(runner, loader, max_iters=iters)
+    if resume_from:
+        runner.hook.after_load_checkpoint(runner, resume_from)
+        runner.train_loop._iter = at
+    runner.train_loop.run()
+    del runner.train_loop, loader  # the workers stop: every read is logged
+    return runner
+
+
+def _reads(log) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.mark.parametrize('workers', [0, 2])
+def test_resume_reads_no_trained_batch_and_is_bitwise_equal(workers,
+                                                            tmp_path):
+    """A resume at iteration k reads none of the k trained batches: the
+    sampler is advanced (the compat layer's ResumableDataIterator), and
+    the random states restored (RNGStateCheckpointHook: the process's;
+    with workers, each worker's state before the batch it makes next), so
+    every later batch and every model draw equal the uninterrupted run's,
+    bitwise. Without workers, a resume reads exactly the batches it
+    trains; with them, at most the DataLoader's prefetch more
+    (prefetch_factor x workers batches). Resumed at 1 (before each worker
+    made a batch: states from the workers' seeds) and at 3 (from the
+    states the batches carried)."""
+    iters, batch = 5, 2
+    straight = _toy_training(str(tmp_path / 'straight.log'), workers, iters)
+    assert len(straight.steps) == iters
+    for at in (1, 3):
+        log = tmp_path / f'resumed_{at}.log'
+        resumed = _toy_training(str(log), workers, iters,
+                                straight.checkpoints[at], at)
+        assert resumed.steps == straight.steps[at:], at
+        bound = (iters - at) * batch + (2 * workers * batch)
+        assert (iters - at) * batch <= _reads(log) <= bound, at
+        if not workers:
+            assert _reads(log) == (iters - at) * batch
 
 
 # ------------------------------------------------ the checkpoint reported

@@ -24,9 +24,12 @@ and on which versions):
     installed ``mmseg`` module (mmengine 0.10.7 needs ``pkg_resources``,
     gone from setuptools 81+; onedl-mmengine looks for the distribution
     ``mmsegmentation``).
-``resume replays skipped batches`` (:mod:`.resume`, onedl-mmengine only)
-    A resumed run loads the batches it skips, as mmengine 0.10.7 does, so
-    it stays bitwise equal to the uninterrupted run.
+``resume skips without loading`` (:mod:`.resume`)
+    A resumed run advances the sampler past the trained batches instead of
+    loading them (mmengine 0.10.7 loads them all again), creates its data
+    iterator without drawing from torch's restored generator
+    (onedl-mmengine does) and starts its data workers from their saved
+    random states, so it stays bitwise equal to the uninterrupted run.
 
 ``STATUS`` maps each fix to whether it is in effect and, once
 :func:`apply` ran, ``'stack'`` to the OpenMMLab distributions found
@@ -53,11 +56,12 @@ from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
                            mmcv_without_compiled_ops, patch_mmcv_ops,
                            patch_torchvision, torchvision_needs_shim)
 from .package_configs import patch_package_configs
-from .resume import patch_resume_skip
+from .resume import ResumableDataIterator, patch_resume_skip
 
 __all__ = [
     'COMPILED_MMCV_CLASSES', 'COMPILED_MMCV_FUNCTIONS', 'COMPILED_MMCV_OPS',
-    'COMPILED_MMCV_TEST_CLASSES', 'MSDA_WARNING', 'STACKS', 'STATUS',
+    'COMPILED_MMCV_TEST_CLASSES', 'MSDA_WARNING', 'ResumableDataIterator',
+    'STACKS', 'STATUS',
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
     'apply', 'is_standin', 'load_from_local_weights_only',
     'load_from_weights_only', 'mmcv_ops_standin_needed',
@@ -84,7 +88,7 @@ def apply() -> Dict[str, Any]:
         weights_only_loader=patch_checkpoint_loader(),
         no_unsafe_load_fallback=patch_safe_torch_load(),
         package_configs=patch_package_configs(),
-        resume_replays_skipped_batches=patch_resume_skip())
+        resume_skips_without_loading=patch_resume_skip())
     if 'stack' not in STATUS:
         STATUS['stack'] = stack()
     return dict(STATUS)

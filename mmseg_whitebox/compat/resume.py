@@ -1,46 +1,291 @@
-"""The resume fix of :mod:`mmseg_whitebox.compat` (onedl-mmengine only).
+"""The resume fix of :mod:`mmseg_whitebox.compat`: ``--resume`` at
+iteration k advances the data sampler by k batches instead of loading
+them, and the run stays bitwise equal to the uninterrupted one.
 
-``resume replays skipped batches`` (onedl-mmengine only)
-    On ``--resume`` the fork's iteration loop fast-forwards the sampler (or
-    advances it index by index) without loading the batches already
-    trained on, so the data pipeline's random transforms draw different
-    numbers than in the uninterrupted run and a resumed run is no longer
-    bitwise equal to it; its lazily created DataLoader iterator also draws
-    from torch's random state after the resume restored it. The fix loads
-    and discards each skipped batch and keeps the restored state, as
-    mmengine 0.10.7 does. Skipped on mmengine 0.10.7 (no ``skip_iter``).
+``resume skips without loading`` (mmengine 0.10.7 and onedl-mmengine
+0.10.8+; 0.10.7 and 0.10.12 checked)
+    *What it patches.* ``mmengine.runner.loops._InfiniteDataloaderIterator``
+    (the data iterator of ``IterBasedTrainLoop``) is replaced by
+    :class:`ResumableDataIterator`; on mmengine 0.10.7, whose loop has no
+    ``skip_iter``, ``IterBasedTrainLoop.run`` is wrapped so that the
+    ``next`` calls of its replay (``for _ in range(self._iter)``) cost
+    nothing (:func:`_run_skipping`).
+
+    *Why.* mmengine 0.10.7 resumes iteration k by loading and discarding k
+    batches per rank (a 160k run resumed at 150k decodes 150k batches per
+    rank first); onedl-mmengine skips them in the sampler, but then draws
+    the DataLoader's seed from torch's generator after the resume restored
+    it, and its data workers start again from their seeds: either way the
+    resumed run is not the uninterrupted one.
+
+    *What it does.* :meth:`ResumableDataIterator.skip_iter` restarts an
+    ``InfiniteSampler``'s index stream from its seed k x batch size indices
+    on (integers only, no data), and the DataLoader iterator is created
+    only at the first batch (0.10.7 created it, workers and their prefetch
+    included, with the loop), leaving torch's generator as it was. Data
+    workers: every batch a worker makes carries that worker's random state
+    (Python, numpy, torch) after it; the iterator keeps, for each of the
+    next ``num_workers`` batches, the state its worker starts it from
+    (:meth:`~ResumableDataIterator.worker_random_states`, saved by
+    ``RNGStateCheckpointHook``), and a resumed iterator starts its workers
+    from them (:meth:`~ResumableDataIterator.restore_worker_random_states`):
+    batch j is made by worker j mod ``num_workers`` of an iterator, so the
+    resumed workers make the uninterrupted run's batches. Another sampler
+    or a custom batch sampler is replayed as 0.10.7 does (loading).
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+import itertools
+import logging
+import random
+import time
+from typing import Any, Dict, List, Optional
 
+import numpy as np
 import torch
+from torch.utils.data import BatchSampler
+from torch.utils.data._utils.pin_memory import pin_memory
+
+State = Dict[str, Any]
 
 
-def _replay_skipped_batches(self: Any, num_iters: int) -> None:
-    """``_InfiniteDataloaderIterator.skip_iter`` as mmengine 0.10.7 resumes:
-    each skipped batch is loaded, so the pipeline's random transforms
-    advance exactly as in the uninterrupted run. Creating the DataLoader
-    iterator draws its base seed from torch's generator; 0.10.7 does that
-    before the resume restores torch's random state (see
-    :class:`RNGStateCheckpointHook`), so here the draw must leave that
-    restored state as it was."""
-    state = torch.get_rng_state()
-    self._ensure_iterator()
-    torch.set_rng_state(state)
-    for _ in range(num_iters):
-        next(self)
+def _process_state() -> State:
+    return {'python': random.getstate(), 'numpy': np.random.get_state(),
+            'torch': torch.get_rng_state()}
+
+
+def _set_process_state(state: State) -> None:
+    random.setstate(state['python'])
+    np.random.set_state(state['numpy'])
+    torch.set_rng_state(state['torch'])
+
+
+def _log(message: str) -> None:
+    from mmengine.logging import print_log
+    print_log(message, logger='current', level=logging.WARNING)
+
+
+def seeded_worker_state(init_fn: Any, worker_id: int) -> Optional[State]:
+    """The random state worker ``worker_id`` starts from when ``init_fn``
+    is mmengine's ``worker_init_fn`` (which seeds Python, numpy and torch
+    with ``num_workers * rank + worker_id + seed``), computed without
+    touching this process's generators; None for another ``init_fn``."""
+    from mmengine.dataset import worker_init_fn
+    if not (isinstance(init_fn, functools.partial) and
+            init_fn.func is worker_init_fn and not init_fn.args):
+        return None
+    kw = init_fn.keywords
+    seed = kw['num_workers'] * kw['rank'] + worker_id + kw['seed']
+    return {'python': random.Random(seed).getstate(),
+            'numpy': np.random.RandomState(seed).get_state(),
+            'torch': torch.Generator().manual_seed(seed).get_state()}
+
+
+class _WithRandomState:
+    """A worker's batch with the worker's random state after making it."""
+
+    def __init__(self, batch: Any, state: State) -> None:
+        self.batch, self.state = batch, state
+
+    def pin_memory(self, *args: Any) -> '_WithRandomState':
+        return _WithRandomState(pin_memory(self.batch, *args), self.state)
+
+
+class _CollateWithRandomState:
+    """The loader's ``collate_fn`` in a worker, its state attached."""
+
+    def __init__(self, collate_fn: Any) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> _WithRandomState:
+        return _WithRandomState(self.collate_fn(samples), _process_state())
+
+
+class _WorkerInit:
+    """The loader's ``worker_init_fn``, then the worker's saved state."""
+
+    def __init__(self, init_fn: Any, states: Optional[List]) -> None:
+        self.init_fn, self.states = init_fn, states
+
+    def __call__(self, worker_id: int) -> None:
+        if self.init_fn is not None:
+            self.init_fn(worker_id)
+        if self.states and self.states[worker_id] is not None:
+            _set_process_state(self.states[worker_id])
+
+
+class ResumableDataIterator:
+    """``IterBasedTrainLoop``'s infinite data iterator (module docstring):
+    created lazily, skipped in the sampler, its workers' random states
+    kept and restorable."""
+
+    def __init__(self, dataloader: Any) -> None:
+        self._dataloader = dataloader
+        self._iterator: Any = None
+        self._epoch = 0
+        #: batches taken from the start of this rank's stream
+        self.position = 0
+        self._absorb = 0  # ``next`` calls of 0.10.7's replay left
+        self._start: Optional[int] = None  # where worker tracking began
+        self._first: List = []  # each worker's state before its 1st batch
+        self._after: Dict[int, State] = {}  # position -> worker's after
+        self._pending: Optional[Dict[str, Any]] = None
+
+    def __iter__(self) -> 'ResumableDataIterator':
+        return self
+
+    def __next__(self) -> Any:
+        if self._absorb:
+            self._absorb -= 1
+            return None
+        self._ensure_iterator()
+        try:
+            data = next(self._iterator)
+        except StopIteration:
+            self._next_epoch()
+            data = next(self._iterator)
+        if isinstance(data, _WithRandomState):
+            self._after[self.position] = data.state
+            self._after.pop(self.position - self._dataloader.num_workers,
+                            None)
+            data = data.batch
+        self.position += 1
+        return data
+
+    # ------------------------------------------------------------ skipping
+    def skip_iter(self, num_iters: int) -> None:
+        """Skip ``num_iters`` batches: in the sampler when it is
+        mmengine's ``InfiniteSampler`` under torch's ``BatchSampler`` and
+        no batch was taken yet, else by loading them (0.10.7's replay)."""
+        if num_iters <= 0:
+            return
+        if self._iterator is None and self.position == 0 and \
+                self._skip_in_sampler(num_iters):
+            self.position = num_iters
+            return
+        _log(f'resume: the sampler cannot be advanced without data, so the '
+             f'{num_iters} trained batches are loaded again')
+        for _ in range(num_iters):
+            next(self)
+
+    def absorb_next(self, num: int) -> None:
+        """Let the next ``num`` ``next`` calls return None (0.10.7's loop
+        replays by ``next`` after :meth:`skip_iter` skipped)."""
+        self._absorb = num
+
+    def _skip_in_sampler(self, num_iters: int) -> bool:
+        from mmengine.dataset import InfiniteSampler
+        batch_sampler = getattr(self._dataloader, 'batch_sampler', None)
+        sampler = getattr(batch_sampler, 'sampler', None)
+        if type(batch_sampler) is not BatchSampler or \
+                not isinstance(sampler, InfiniteSampler):
+            return False
+        count = num_iters * batch_sampler.batch_size
+        if hasattr(sampler, 'skip'):  # onedl: from the start of the stream
+            sampler.skip(count)
+        else:
+            sampler.indices = itertools.islice(sampler._indices_of_rank(),
+                                               count, None)
+        return True
+
+    def _ensure_iterator(self) -> None:
+        if self._iterator is not None:
+            return
+        loader = self._dataloader
+        workers = loader.num_workers
+        pending, self._pending = self._pending, None
+        init_fn, collate_fn = loader.worker_init_fn, loader.collate_fn
+        states = pending['workers'] if pending and \
+            pending['position'] == self.position else None
+        if workers:
+            loader.worker_init_fn = _WorkerInit(init_fn, states)
+            loader.collate_fn = _CollateWithRandomState(collate_fn)
+            self._first = states or [seeded_worker_state(init_fn, w)
+                                     for w in range(workers)]
+            self._start, self._after = self.position, {}
+        torch_state = torch.get_rng_state()
+        try:
+            self._iterator = iter(loader)
+        finally:  # the DataLoader's base seed draw
+            torch.set_rng_state(torch_state)
+            loader.worker_init_fn, loader.collate_fn = init_fn, collate_fn
+
+    def _next_epoch(self) -> None:
+        """mmengine's restart of a finite sampler (its warning and pause);
+        workers' states are not tracked after it."""
+        _log('Reach the end of the dataloader, it will be restarted and '
+             'continue to iterate. It is recommended to use '
+             '`mmengine.dataset.InfiniteSampler` to enable the dataloader '
+             'to iterate infinitely.')
+        self._epoch += 1
+        sampler = getattr(self._dataloader, 'sampler', None)
+        if not hasattr(sampler, 'set_epoch'):
+            sampler = getattr(getattr(self._dataloader, 'batch_sampler',
+                                      None), 'sampler', None)
+        if hasattr(sampler, 'set_epoch'):
+            sampler.set_epoch(self._epoch)
+        time.sleep(2)  # mmengine's guard against a deadlock here
+        self._start = None
+        torch_state = torch.get_rng_state()
+        self._iterator = iter(self._dataloader)
+        torch.set_rng_state(torch_state)
+
+    # ------------------------------------------------ workers' random state
+    def worker_random_states(self) -> Optional[Dict[str, Any]]:
+        """``{'position': p, 'workers': [...]}``: the state each of the next
+        ``num_workers`` batches (p, p + 1, ...) is started from by its
+        worker (None where unknown); None without workers or tracking."""
+        if self._start is None or self._iterator is None:
+            return None
+        workers = self._dataloader.num_workers
+        states = []
+        for p in range(self.position, self.position + workers):
+            states.append(self._after.get(p - workers)
+                          if p - workers >= self._start
+                          else self._first[p - self._start])
+        return {'position': self.position, 'workers': states}
+
+    def restore_worker_random_states(self, saved: Dict[str, Any]) -> None:
+        """Start the workers of the iterator created at ``saved['position']``
+        from ``saved['workers']`` (an iterator that replays from 0 makes
+        the states itself and ignores them)."""
+        workers = self._dataloader.num_workers
+        if len(saved['workers']) != workers:
+            _log(f'data workers\' random states not restored: saved by '
+                 f'{len(saved["workers"])} workers, this run has {workers}')
+            return
+        if any(state is None for state in saved['workers']):
+            _log('data workers\' random states restored in part: the '
+                 'checkpoint does not know every worker\'s seed')
+        self._pending = saved
+
+
+def _run_skipping(run: Any) -> Any:
+    """mmengine 0.10.7's ``IterBasedTrainLoop.run``, its replay skipped in
+    the sampler (:meth:`ResumableDataIterator.skip_iter`) and its ``next``
+    calls absorbed."""
+    @functools.wraps(run)
+    def wrapper(self: Any) -> Any:
+        iterator = self.dataloader_iterator
+        if self._iter > 0 and isinstance(iterator, ResumableDataIterator):
+            iterator.skip_iter(self._iter)
+            iterator.absorb_next(self._iter)
+        return run(self)
+    wrapper.skips_in_sampler = True
+    return wrapper
 
 
 def patch_resume_skip() -> bool:
-    """Make onedl-mmengine's resume load the skipped batches.
-
-    Returns True if this mmengine's loop iterator has ``skip_iter`` (the
-    fork) and it is replaced, False otherwise (0.10.7).
-    """
+    """Install :class:`ResumableDataIterator` (and, on mmengine 0.10.7,
+    :func:`_run_skipping`). Returns True once applied."""
     from mmengine.runner import loops
-    iterator_cls = getattr(loops, '_InfiniteDataloaderIterator', None)
-    if iterator_cls is None or not hasattr(iterator_cls, 'skip_iter'):
-        return False
-    iterator_cls.skip_iter = _replay_skipped_batches
+    if loops._InfiniteDataloaderIterator is ResumableDataIterator:
+        return True
+    if not hasattr(loops._InfiniteDataloaderIterator, 'skip_iter') and \
+            not getattr(loops.IterBasedTrainLoop.run, 'skips_in_sampler',
+                        False):
+        loops.IterBasedTrainLoop.run = _run_skipping(
+            loops.IterBasedTrainLoop.run)
+    loops._InfiniteDataloaderIterator = ResumableDataIterator
     return True

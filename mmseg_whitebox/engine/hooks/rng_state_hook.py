@@ -13,6 +13,8 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmseg.registry import HOOKS
 
 KEY = 'rng_state'
+#: a process's state key for its data workers' states
+WORKERS = 'data_workers'
 
 RandomState = Dict[str, Any]
 
@@ -49,11 +51,26 @@ def restore_random_state(state: RandomState) -> None:
         torch.cuda.set_rng_state(cuda.cpu())
 
 
+def _state_of_process(loop: Any) -> RandomState:
+    """:func:`capture_random_state`, plus, under :data:`WORKERS`, the
+    random states the training's data workers start their next batches
+    from, where ``loop``'s data iterator keeps them (the compat layer's
+    ``ResumableDataIterator``, with ``num_workers > 0``)."""
+    state = capture_random_state()
+    iterator = getattr(loop, 'dataloader_iterator', None)
+    workers = getattr(iterator, 'worker_random_states', None)
+    workers = workers() if callable(workers) else None
+    if workers is not None:
+        state[WORKERS] = workers
+    return state
+
+
 class _RestoreBeforeNextBatch:
     """Stands in for an ``IterBasedTrainLoop``'s data iterator on resume:
-    lets the loop replay the ``replayed`` batches the checkpoint had
-    trained, then, right before the first batch to train is loaded,
-    restores ``state`` and gives the loop its own iterator back."""
+    lets the loop skip the ``replayed`` batches the checkpoint had
+    trained (in the sampler, or loading them where it cannot), then,
+    right before the first batch to train is loaded, restores ``state``
+    and gives the loop its own iterator back."""
 
     def __init__(self, loop: Any, iterator: Any, replayed: int,
                  state: RandomState) -> None:
@@ -101,15 +118,23 @@ class RNGStateCheckpointHook(Hook):
     saved at another moment (``save_best``, after validation) holds rank
     0's state only; resuming from it warns for the other ranks.
 
-    *When they are restored.* On resume, mmengine replays the data loader
-    over the batches already trained (so that the data pipeline's random
-    transforms, which draw from numpy in the loading process, advance as
-    before). The states are restored after that replay, right before the
-    first batch to train is loaded: the point the uninterrupted run had
-    reached when it saved. Validation, which draws a seed from torch's
-    generator for its data loader, leaves the training's random states
-    as they were (they are put back after it), so a run validated at a
-    checkpoint resumes exactly too.
+    *When they are restored.* On resume, mmengine's loop skips the
+    batches already trained (the compat layer's ``ResumableDataIterator``
+    advances the sampler without loading them; a sampler it cannot
+    advance is replayed by loading, as mmengine 0.10.7 does). The states
+    are restored after that skip, right before the first batch to train
+    is loaded: the point the uninterrupted run had reached when it saved.
+    Validation, which draws a seed from torch's generator for its data
+    loader, leaves the training's random states as they were (they are
+    put back after it), so a run validated at a checkpoint resumes
+    exactly too.
+
+    *Data workers.* With ``num_workers > 0`` the data pipeline's random
+    transforms draw in the workers. Each process's state then also holds,
+    under ``data_workers``, the state each worker starts the next batch it
+    makes from (``ResumableDataIterator.worker_random_states``); on resume
+    the workers start from them. A run resumed with another number of
+    workers keeps the workers' seeds, with a warning.
 
     *Another number of processes.* A checkpoint saved by another number of
     processes than the resuming run has restores nothing, with a warning:
@@ -134,6 +159,8 @@ class RNGStateCheckpointHook(Hook):
         self._outside_val: Optional[RandomState] = None
         #: this rank's state from the checkpoint, until it is restored
         self._pending: Optional[RandomState] = None
+        #: the training loop, from ``before_train`` on
+        self._loop: Any = None
 
     # ------------------------------------------------------------ saving
     def after_train_iter(self, runner: Any, batch_idx: int,
@@ -168,7 +195,7 @@ class RNGStateCheckpointHook(Hook):
         return False
 
     def _gather(self, runner: Any) -> None:
-        states = all_gather_object(capture_random_state())
+        states = all_gather_object(_state_of_process(self._loop))
         self._gathered = ((runner.epoch, runner.iter), states) \
             if get_rank() == 0 else None
 
@@ -176,12 +203,12 @@ class RNGStateCheckpointHook(Hook):
                                checkpoint: Dict[str, Any]) -> None:
         world_size = get_world_size()
         if world_size == 1:
-            ranks = [capture_random_state()]
+            ranks = [_state_of_process(self._loop)]
         elif self._gathered and \
                 self._gathered[0] == (runner.epoch, runner.iter):
             ranks = self._gathered[1]
         else:  # a save no training step announced (save_best)
-            ranks = [capture_random_state()] + [None] * (world_size - 1)
+            ranks = [_state_of_process(self._loop)] + [None] * (world_size - 1)
         checkpoint[KEY] = dict(world_size=world_size, ranks=ranks)
 
     # ---------------------------------------------------------- restoring
@@ -212,12 +239,22 @@ class RNGStateCheckpointHook(Hook):
         self._pending = ranks[get_rank()]
 
     def before_train(self, runner: Any) -> None:
+        self._loop = loop = runner.train_loop
         state, self._pending = self._pending, None
         if state is None:
             return
-        loop = runner.train_loop
         iterator = getattr(loop, 'dataloader_iterator', None)
         replayed = getattr(loop, 'iter', 0)
+        workers = state.get(WORKERS)
+        if workers is not None:
+            restore = getattr(iterator, 'restore_worker_random_states', None)
+            if restore is None:
+                runner.logger.warning(
+                    'data workers\' random states not restored: this '
+                    'loop\'s data iterator cannot start its workers from '
+                    'them')
+            else:
+                restore(workers)
         if iterator is None or replayed == 0:  # no replay (epoch-based)
             restore_random_state(state)
         else:

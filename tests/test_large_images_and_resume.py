@@ -549,6 +549,29 @@ def test_resume_reads_no_trained_batch_and_is_bitwise_equal(workers,
             assert _reads(log) == (iters - at) * batch
 
 
+def test_resume_with_another_number_of_workers_says_so(tmp_path,
+                                                       monkeypatch):
+    """Resumed with another number of data workers than the checkpoint
+    was saved with, the workers start from their seeds (their random
+    transforms are not the uninterrupted run's; the data order is), and
+    a warning says so, once."""
+    from mmseg_whitebox.compat import resume
+    said = []
+    monkeypatch.setattr(resume, '_log', said.append)
+    runs = {w: _toy_training(str(tmp_path / f'{w}.log'), w, 3)
+            for w in (0, 2)}
+    for saved, resumed in ((0, 2), (2, 0)):
+        said.clear()
+        run = _toy_training(str(tmp_path / f'{saved}_{resumed}.log'),
+                            resumed, 3, runs[saved].checkpoints[1], 1)
+        assert len(said) == 1, said
+        assert ('start from their seeds' if saved == 0 else
+                'saved by 2 workers, this run has 0') in said[0]
+        # the same items in the same order, drawn otherwise
+        assert [[row[0] for row in step[0]] for step in run.steps] == \
+            [[row[0] for row in step[0]] for step in runs[saved].steps[1:]]
+
+
 # ------------------------------------------------ the checkpoint reported
 # The released code reports its final model (segm/train.py:161,250-261
 # overwrite checkpoint.pth every epoch; segm/eval/miou.py:188,217 evaluates

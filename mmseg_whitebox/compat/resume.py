@@ -198,6 +198,12 @@ class ResumableDataIterator:
         init_fn, collate_fn = loader.worker_init_fn, loader.collate_fn
         states = pending['workers'] if pending and \
             pending['position'] == self.position else None
+        if workers and self.position and states is None and pending != {}:
+            _log(f'data workers start from their seeds at batch '
+                 f'{self.position}: no random state of them was restored '
+                 '(a checkpoint saved with num_workers=0 or another number, '
+                 'or without RNGStateCheckpointHook), so the random '
+                 'transforms differ from the uninterrupted run\'s')
         if workers:
             loader.worker_init_fn = _WorkerInit(init_fn, states)
             loader.collate_fn = _CollateWithRandomState(collate_fn)
@@ -254,6 +260,7 @@ class ResumableDataIterator:
         if len(saved['workers']) != workers:
             _log(f'data workers\' random states not restored: saved by '
                  f'{len(saved["workers"])} workers, this run has {workers}')
+            self._pending = {}  # said once
             return
         if any(state is None for state in saved['workers']):
             _log('data workers\' random states restored in part: the '

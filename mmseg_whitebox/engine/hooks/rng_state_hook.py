@@ -246,15 +246,13 @@ class RNGStateCheckpointHook(Hook):
         iterator = getattr(loop, 'dataloader_iterator', None)
         replayed = getattr(loop, 'iter', 0)
         workers = state.get(WORKERS)
-        if workers is not None:
-            restore = getattr(iterator, 'restore_worker_random_states', None)
-            if restore is None:
-                runner.logger.warning(
-                    'data workers\' random states not restored: this '
-                    'loop\'s data iterator cannot start its workers from '
-                    'them')
-            else:
-                restore(workers)
+        restore = getattr(iterator, 'restore_worker_random_states', None)
+        if workers is not None and restore is not None:
+            restore(workers)
+        elif workers is not None:
+            runner.logger.warning(
+                'data workers\' random states not restored: this loop\'s '
+                'data iterator cannot start its workers from them')
         if iterator is None or replayed == 0:  # no replay (epoch-based)
             restore_random_state(state)
         else:

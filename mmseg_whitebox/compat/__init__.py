@@ -1,44 +1,20 @@
-"""Compatibility layer for the OpenMMLab 1.x stack on recent (CPU) PyTorch:
-the one home of every patch of another library.
+"""The one home of every patch of another library, for the OpenMMLab 1.x
+stacks on recent PyTorch (mmsegmentation 1.2.2 / mmengine 0.10.7 /
+mmcv-lite, and the onedl-* fork, which needs another subset).
 
-mmsegmentation 1.2.2, mmengine 0.10.7 and mmcv < 2.2 predate torch 2.13;
-the maintained fork (onedl-mmsegmentation 1.4, onedl-mmengine 0.10.8+,
-onedl-mmcv 2.3) needs a different subset of the fixes.
-:func:`apply` is called once when :mod:`mmseg_whitebox` is imported, before
-anything imports mmseg, and applies only the fixes a given environment
-needs, in this order (each module's docstring says what it patches, why,
-and on which versions):
-
-``torchvision``, ``mmcv.ops`` (:mod:`.import_shims`)
-    Declare the torchvision ops a CUDA-built torchvision wheel cannot load
-    under a CPU torch, and stand in for mmcv-lite's missing compiled
-    ``mmcv.ops`` (mmsegmentation only), so timm and ``mmseg.models``
-    import.
-``checkpoint loading``, ``weights-only fallback`` (:mod:`.checkpoints`)
-    One weights-only loader, :func:`load_from_weights_only`, for every
-    scheme of mmengine's ``CheckpointLoader``; onedl-mmengine's retry with
-    ``weights_only=False`` removed. A file that needs full unpickling is
-    refused (:class:`UnsafeCheckpointError`) with how to convert it.
-``package configs`` (:mod:`.package_configs`)
-    ``_base_ = ['mmseg::<method>/<name>.py']`` resolves through the
-    installed ``mmseg`` module (mmengine 0.10.7 needs ``pkg_resources``,
-    gone from setuptools 81+; onedl-mmengine looks for the distribution
-    ``mmsegmentation``).
-``resume skips without loading`` (:mod:`.resume`)
-    A resumed run advances the sampler past the trained batches instead of
-    loading them (mmengine 0.10.7 loads them all again), creates its data
-    iterator without drawing from torch's restored generator
-    (onedl-mmengine does) and starts its data workers from their saved
-    random states, so it stays bitwise equal to the uninterrupted run.
-
-``STATUS`` maps each fix to whether it is in effect and, once
-:func:`apply` ran, ``'stack'`` to the OpenMMLab distributions found
-(:func:`stack`, :mod:`.distributions`: ``default`` = mmsegmentation 1.2.2
-/ mmengine / mmcv-lite, ``onedl`` = the onedl-* fork).
+:func:`apply` runs once when :mod:`mmseg_whitebox` is imported, before
+anything imports mmseg, and applies the patches this environment needs.
+Each module says what it patches, why, and on which versions:
+:mod:`.import_shims` (torchvision ops, mmcv-lite's missing ``mmcv.ops``),
+:mod:`.checkpoints` (every checkpoint loaded weights-only),
+:mod:`.package_configs` (``mmseg::`` config paths), :mod:`.resume` (a
+resume that skips the trained batches without loading them).
+:data:`STATUS` maps each patch to whether it is in effect, and
+``'stack'`` to the distributions found (:func:`stack`).
 
 A script that imports torchvision, timm or ``mmseg.apis`` before this
-package meets the failures above: import ``mmseg_whitebox`` first (the
-configs' ``custom_imports`` do so for every tool).
+package meets the failures these patches fix: import ``mmseg_whitebox``
+first (the configs' ``custom_imports`` do so for every tool).
 """
 from __future__ import annotations
 

@@ -350,15 +350,35 @@ def _draws() -> tuple:
     return random.random(), float(np.random.rand()), torch.rand(3).tolist()
 
 
+class _RandomItems(torch.utils.data.Dataset):
+    """Items that draw from Python's, numpy's and torch's global
+    generators, as a data pipeline loaded in the training process does."""
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, index: int) -> tuple:
+        return next(_Pipeline())
+
+
+def _replaying_iterator():
+    """The compat layer's data iterator over a loader whose sampler it
+    cannot advance without data (torch's sequential sampler), so that a
+    resume replays the trained batches by loading them."""
+    from mmseg_whitebox.compat import ResumableDataIterator
+    return ResumableDataIterator(
+        torch.utils.data.DataLoader(_RandomItems(), batch_size=None))
+
+
 def test_random_states_are_restored_once_the_trained_batches_replayed():
     """One process: the states saved with the checkpoint after 2 batches
-    are restored after mmengine's replay of those 2 batches, right before
-    the third is loaded, so the third batch and the step's own draws are
-    those of the uninterrupted run; restored before the replay (at load
-    time), the replay would move them on."""
+    are restored after the replay of those 2 batches (a sampler that
+    cannot skip), right before the third is loaded, so the third batch and
+    the step's own draws are those of the uninterrupted run; restored
+    before the replay (at load time), the replay would move them on."""
     from mmengine.hooks import CheckpointHook
     _seed_all()
-    batches = _Pipeline()
+    batches = _replaying_iterator()
     next(batches), next(batches)
     checkpoint = {}
     RNGStateCheckpointHook().before_save_checkpoint(_fake_runner(),
@@ -370,14 +390,13 @@ def test_random_states_are_restored_once_the_trained_batches_replayed():
                                                         'torch'}
 
     _seed_all()
-    runner = _fake_runner(_Pipeline(), iters=2)
+    runner = _fake_runner(_replaying_iterator(), iters=2)
     original = runner.train_loop.dataloader_iterator
     hook = RNGStateCheckpointHook()
     hook.after_load_checkpoint(runner, _saved(checkpoint))
     hook.before_train(runner)
-    for _ in range(2):  # IterBasedTrainLoop's replay
-        next(runner.train_loop.dataloader_iterator)
-    resumed = next(runner.train_loop.dataloader_iterator), _draws()
+    original.skip_iter(2)  # the loop's replay: loads the 2 batches
+    resumed = next(original), _draws()
     assert resumed == uninterrupted
     assert runner.train_loop.dataloader_iterator is original
 
@@ -404,18 +423,17 @@ def test_random_states_are_restored_once_the_trained_batches_replayed():
     assert not RNGStateCheckpointHook._saves(runner, by_epoch=True)
 
 
-def test_earlier_and_other_world_size_random_states(caplog):
-    """A checkpoint of an earlier version (rank 0's torch state alone)
-    resumes as one process's; one saved by 2 processes restores nothing
-    on 1, with a warning."""
+def test_one_process_and_other_world_size_random_states(caplog):
+    """A checkpoint saved by one process resumes its states; one saved by
+    2 processes restores nothing on 1, with a warning."""
     _seed_all()
     torch.rand(4)
-    earlier = {'rng_state': {'torch': torch.get_rng_state()}}
+    one = {'rng_state': dict(world_size=1, ranks=[capture_random_state()])}
     expected = torch.rand(3)
     _seed_all()
     runner = _fake_runner()
     hook = RNGStateCheckpointHook()
-    hook.after_load_checkpoint(runner, earlier)
+    hook.after_load_checkpoint(runner, one)
     hook.before_train(runner)  # no replay: restored at once
     assert torch.equal(torch.rand(3), expected)
 
@@ -431,7 +449,7 @@ def test_earlier_and_other_world_size_random_states(caplog):
     assert 'saved by 2 process(es) and this run has 1' in caplog.text
 
     runner._resume = False  # load_from: nothing restored
-    hook.after_load_checkpoint(runner, earlier)
+    hook.after_load_checkpoint(runner, one)
     hook.before_train(runner)
     assert_same(capture_random_state(), before)
 

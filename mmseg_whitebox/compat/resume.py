@@ -40,7 +40,7 @@ import itertools
 import logging
 import random
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -127,6 +127,7 @@ class ResumableDataIterator:
         #: batches taken from the start of this rank's stream
         self.position = 0
         self._absorb = 0  # ``next`` calls of 0.10.7's replay left
+        self._on_next: Optional[Callable[[], None]] = None
         self._start: Optional[int] = None  # where worker tracking began
         self._first: List = []  # each worker's state before its 1st batch
         self._after: Dict[int, State] = {}  # position -> worker's after
@@ -139,6 +140,19 @@ class ResumableDataIterator:
         if self._absorb:
             self._absorb -= 1
             return None
+        if self._on_next is not None:
+            on_next, self._on_next = self._on_next, None
+            on_next()
+        return self._load()
+
+    def before_next_batch(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` right before the next batch to train is loaded:
+        after a resume's skip (``RNGStateCheckpointHook`` restores the
+        random states there, the point the uninterrupted run had
+        reached)."""
+        self._on_next = fn
+
+    def _load(self) -> Any:
         self._ensure_iterator()
         try:
             data = next(self._iterator)
@@ -167,7 +181,7 @@ class ResumableDataIterator:
         _log(f'resume: the sampler cannot be advanced without data, so the '
              f'{num_iters} trained batches are loaded again')
         for _ in range(num_iters):
-            next(self)
+            self._load()
 
     def absorb_next(self, num: int) -> None:
         """Let the next ``num`` ``next`` calls return None (0.10.7's loop

@@ -3,6 +3,7 @@ continues a run exactly as if it had never stopped, on one process or on
 many."""
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -31,24 +32,14 @@ def capture_random_state() -> RandomState:
 
 
 def restore_random_state(state: RandomState) -> None:
-    """Set the states :func:`capture_random_state` returned (or the torch
-    and CUDA states of a checkpoint from before per-process states: no
-    ``python``/``numpy``, ``cuda`` a list of every GPU's state). A
-    checkpoint loaded onto a GPU has its tensors there; the generators
-    take CPU tensors."""
-    if 'python' in state:
-        random.setstate(state['python'])
-    if 'numpy' in state:
-        np.random.set_state(state['numpy'])
+    """Set the states :func:`capture_random_state` returned. A checkpoint
+    loaded onto a GPU has its tensors there; the generators take CPU
+    tensors."""
+    random.setstate(state['python'])
+    np.random.set_state(state['numpy'])
     torch.set_rng_state(state['torch'].cpu())
-    cuda = state.get('cuda')
-    if cuda is None or not torch.cuda.is_available():
-        return
-    if isinstance(cuda, (list, tuple)):  # earlier checkpoints: every GPU's
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
-    else:
-        torch.cuda.set_rng_state(cuda.cpu())
+    if state.get('cuda') is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state['cuda'].cpu())
 
 
 def _state_of_process(loop: Any) -> RandomState:
@@ -63,38 +54,6 @@ def _state_of_process(loop: Any) -> RandomState:
     if workers is not None:
         state[WORKERS] = workers
     return state
-
-
-class _RestoreBeforeNextBatch:
-    """Stands in for an ``IterBasedTrainLoop``'s data iterator on resume:
-    lets the loop skip the ``replayed`` batches the checkpoint had
-    trained (in the sampler, or loading them where it cannot), then,
-    right before the first batch to train is loaded, restores ``state``
-    and gives the loop its own iterator back."""
-
-    def __init__(self, loop: Any, iterator: Any, replayed: int,
-                 state: RandomState) -> None:
-        self._loop, self._iterator = loop, iterator
-        self._left, self._state = replayed, state
-
-    def __iter__(self) -> '_RestoreBeforeNextBatch':
-        return self
-
-    def skip_iter(self, num: int) -> None:
-        """onedl-mmengine's replay (mmengine 0.10.7 calls ``next``)."""
-        self._iterator.skip_iter(num)
-        self._left -= num
-
-    def __next__(self) -> Any:
-        if self._left > 0:
-            self._left -= 1
-        else:
-            restore_random_state(self._state)
-            self._loop.dataloader_iterator = self._iterator
-        return next(self._iterator)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__['_iterator'], name)
 
 
 @HOOKS.register_module()
@@ -140,9 +99,7 @@ class RNGStateCheckpointHook(Hook):
     processes than the resuming run has restores nothing, with a warning:
     the ranks would take other data anyway (the sampler splits the data
     by the number of processes), so the run cannot continue as the
-    uninterrupted one; it continues from the config's seed. Checkpoints of
-    earlier versions (torch's and CUDA's state of rank 0 alone) resume as
-    one process's.
+    uninterrupted one; it continues from the config's seed.
 
     Loading weights without resuming (``load_from``, tests) restores
     nothing.
@@ -218,10 +175,7 @@ class RNGStateCheckpointHook(Hook):
         saved = checkpoint.get(KEY)
         if not getattr(runner, '_resume', False) or not saved:
             return
-        if 'ranks' in saved:
-            ranks, saved_world = saved['ranks'], saved['world_size']
-        else:  # earlier versions: one process's torch (and CUDA) state
-            ranks, saved_world = [saved], 1
+        ranks, saved_world = saved['ranks'], saved['world_size']
         world_size = get_world_size()
         if saved_world != world_size:
             runner.logger.warning(
@@ -253,11 +207,11 @@ class RNGStateCheckpointHook(Hook):
             runner.logger.warning(
                 'data workers\' random states not restored: this loop\'s '
                 'data iterator cannot start its workers from them')
-        if iterator is None or replayed == 0:  # no replay (epoch-based)
+        before_next_batch = getattr(iterator, 'before_next_batch', None)
+        if before_next_batch is None or replayed == 0:  # epoch-based
             restore_random_state(state)
         else:
-            loop.dataloader_iterator = _RestoreBeforeNextBatch(
-                loop, iterator, replayed, state)
+            before_next_batch(functools.partial(restore_random_state, state))
 
     # --------------------------------------------------------- validation
     def before_val(self, runner: Any) -> None:

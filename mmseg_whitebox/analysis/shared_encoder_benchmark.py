@@ -7,11 +7,14 @@ config's own test pipeline, inference mode and ``IoUMetric``; the same
 noise settings (the CBSA paper's sigmas, one draw each) evaluated once
 one at a time (``ParameterNoise`` and the test loop, encoder included, as
 ``tools/noise_robustness.py --no-shared-encoder`` does) and once with the
-shared encoder; both times, their ratio, the encoder's share of one
-evaluation and whether every setting's metrics are identical.
+shared encoder, both under autocast with ``amp``; both times, their
+ratio, the encoder's share of one evaluation and whether every setting's
+metrics are identical (with ``out``: ``benchmark.json`` and the one-row
+table ``benchmark.md`` there).
 """
 from __future__ import annotations
 
+import contextlib
 import os.path as osp
 import tempfile
 import time
@@ -20,9 +23,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from mmseg_whitebox.utils.atomic import write_json, write_text
+from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
-from .benchmark import Benchmark, build_models, prepare_run
-from .timing import synchronize
+from .benchmark import Benchmark, build_models, machine, prepare_run
+from .timing import autocast, synchronize
 
 
 @dataclass
@@ -39,9 +44,13 @@ class SharedSweepOptions:
     data_dir: Optional[str] = None
     cfg_options: Optional[Dict[str, Any]] = None
     profile: bool = False
+    #: the autocast dtype of both sweeps (``'bfloat16'``...), or None
+    amp: Optional[str] = None
+    #: the folder for benchmark.json and benchmark.md, or None
+    out: Optional[str] = None
 
 
-#: the sweep's table: one row per run of :func:`run_shared_encoder_benchmark`
+#: the sweep's table: the row of a run of :func:`run_shared_encoder_benchmark`
 BENCHMARK = Benchmark(columns=[
     ('config', 'config', '{}'), ('images', 'images', '{}'),
     ('size', 'image', '{}'), ('settings', 'settings', '{}'),
@@ -110,8 +119,19 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
     ``shared_s``, ``ratio``, ``encoder_s`` and ``evaluation_s`` (one
     clean evaluation), ``passes``, ``identical`` and the per-setting
     ``metrics`` of both paths (and with ``options.profile``, ``profile``:
-    the op table of one more, untimed shared sweep). ``ValueError`` for a
-    bad device or target."""
+    the op table of one more, untimed shared sweep); ``options.out``
+    locked while it runs (one run writes there at a time). ``ValueError``
+    for a bad device or target."""
+    with (lock_folder(options.out, '--out') if options.out
+          else contextlib.nullcontext()):
+        report, device = _timed_sweeps(options, log)
+        if options.out:
+            write_table(options, report, device)
+    return report
+
+
+def _timed_sweeps(options: SharedSweepOptions, log: Callable[[str], None]
+                  ) -> Tuple[Dict[str, Any], torch.device]:
     from mmseg_whitebox.datasets.synthetic_ade20k import \
         generate_synthetic_ade20k
     from mmseg_whitebox.robustness import (PAPER_SIGMAS, LoopEvaluation,
@@ -146,7 +166,7 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
             f'{sel.label} noise, {device}, {torch.get_num_threads()} CPU '
             'threads')
         report: Dict[str, Any] = dict(sigmas=sigmas)
-        with quiet_logging():
+        with quiet_logging(), autocast(device, options.amp):
             # warm-up (file cache, allocator), not timed as a setting; it
             # measures the encoder's share of one evaluation
             report['evaluation_s'], report['encoder_s'] = timed_evaluation(
@@ -177,4 +197,21 @@ def run_shared_encoder_benchmark(options: SharedSweepOptions,
         identical=all(_same(a, b) for a, b in zip(sequential, together)),
         ratio=report['shared_s'] / report['sequential_s'],
         passes=-(-options.settings // max_heads), max_heads=max_heads)
-    return report
+    return report, device
+
+
+def write_table(options: SharedSweepOptions, report: Dict[str, Any],
+                device: torch.device) -> None:
+    """``benchmark.json`` (``report``, the machine, the run's row) and
+    ``benchmark.md`` (:data:`BENCHMARK`'s table of that row) in
+    ``options.out``."""
+    row = dict(config=osp.relpath(options.config), images=options.images,
+               size='x'.join(map(str, options.image_size)),
+               settings=options.settings, sequential_s=report['sequential_s'],
+               shared_s=report['shared_s'], ratio=report['ratio'],
+               encoder_share=report['encoder_s'] / report['evaluation_s'],
+               identical=report['identical'], amp=options.amp, status='ok')
+    write_json(osp.join(options.out, 'benchmark.json'),
+               dict(report, machine=machine(device), results=[row]))
+    write_text(osp.join(options.out, 'benchmark.md'),
+               BENCHMARK.markdown_table([row]) + '\n')

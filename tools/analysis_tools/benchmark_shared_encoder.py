@@ -3,8 +3,8 @@
     python tools/analysis_tools/benchmark_shared_encoder.py \
         [CONFIG] [--num-images 2] [--shape 512 683] [--settings 20] \
         [--max-heads 20] [--target decoder-attention] [--threads N] \
-        [--device cpu|cuda] [--data-root DIR] [--profile] \
-        [--cfg-options k=v ...]
+        [--device cpu|cuda] [--amp [--amp-dtype float16|bfloat16]] \
+        [--data-root DIR] [--profile] [--out DIR] [--cfg-options k=v ...]
 
 CONFIG (default: configs/cbsa/cbsa_vit-s_8xb1-160k_ade20k-512x512.py):
 builds its model with random weights (no pretrained encoder, no
@@ -17,10 +17,12 @@ for the ADE20K configs) and IoUMetric: once one setting at a time
 noise_robustness.py --no-shared-encoder) and once with the shared encoder
 (--max-heads head copies per pass). Prints both times, their ratio
 (shared / sequential), the encoder's share of one evaluation and whether
-every setting's metrics are identical (exit 2 if not); --profile adds the
-ops that take the time of a shared sweep (torch's profiler, one more,
-untimed run). A measurement to print, not a test: the ratio depends on the
-machine. The last measurements are in docs/benchmarks.md.
+every setting's metrics are identical (exit 2 if not); --amp runs both
+under autocast, --out writes benchmark.json and the one-row table
+benchmark.md there; --profile adds the ops that take the time of a shared
+sweep (torch's profiler, one more, untimed run). A measurement to print,
+not a test: the ratio depends on the machine. The last measurements are
+in docs/benchmarks.md.
 """
 import argparse
 import os.path as osp
@@ -28,9 +30,10 @@ import sys
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
-from mmseg_whitebox.cli.options import (add_data_root_arg, add_device_arg,
-                                        add_num_images_arg, add_shape_arg,
-                                        add_threads_arg)
+from mmseg_whitebox.cli.options import (add_amp_args, add_data_root_arg,
+                                        add_device_arg, add_num_images_arg,
+                                        add_out_arg, add_shape_arg,
+                                        add_threads_arg, amp_dtype)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -52,10 +55,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--target', default='decoder-attention')
     add_threads_arg(p, 'torch intra-op threads (default: torch\'s)')
     add_device_arg(p)
+    add_amp_args(p, 'evaluate both sweeps')
     add_data_root_arg(p, 'where the synthetic dataset is written (DIR/'
                       'ADEChallengeData2016; default: a temporary folder)')
     p.add_argument('--profile', action='store_true',
                    help='print the ops that take the shared sweep\'s time')
+    add_out_arg(p, 'folder for benchmark.json and benchmark.md (default: '
+                'none, printed only)')
     add_cfg_options_arg(p)
     args = p.parse_args(argv)
     if args.num_images < 1 or args.settings < 1:
@@ -76,7 +82,7 @@ def main(argv=None) -> float:
         settings=args.settings, max_heads=args.max_heads,
         target=args.target, device=args.device, threads=args.threads,
         data_dir=args.data_root, cfg_options=args.cfg_options,
-        profile=args.profile)
+        profile=args.profile, amp=amp_dtype(args), out=args.out)
     report = run_shared_encoder_benchmark(options)
     seq, shared = report['sequential_s'], report['shared_s']
     print(f'sequential: {seq:.1f} s ({args.settings} evaluations)')

@@ -8,6 +8,12 @@
 #                 (CORE_TESTS: ops, models, checkpoints, training,
 #                 distributed, compile); CI runs them on the second and third stacks
 #   make mmseg-tests  mmseg's own unit tests with this package imported
+#   make gpu-check  the tests marked gpu (tests/gpu/: the GPU smoke check;
+#                 attention overflow, SyncBN) on this machine's CUDA GPUs,
+#                 the smoke check's table in GPU_CHECK_OUT; exit 2 if torch
+#                 sees no CUDA GPU
+#   make gpu-report  the benchmarks at GPU sizes in float32 and bfloat16
+#                 on DEVICE (default cuda), one report in GPU_REPORT_OUT
 #
 # STACK picks the OpenMMLab stack, each in its own venv with its own pins:
 #   STACK=default  mmsegmentation 1.2.2 / mmengine 0.10.7 / mmcv-lite 2.1
@@ -67,7 +73,7 @@ CORE_TESTS := tests/test_ops.py tests/test_layers.py tests/test_heads.py \
 	tests/test_attention_overflow.py tests/test_ddp_freeze_and_syncbn.py \
 	tests/test_attention_registry.py
 
-.PHONY: install demo test test-core mmseg-tests clean-demo
+.PHONY: install demo test test-core mmseg-tests gpu-check gpu-report clean-demo
 
 install: $(STAMP)
 
@@ -124,6 +130,79 @@ test-core: $(STAMP)
 # with this package imported: importing it must never break mmseg
 mmseg-tests: $(STAMP)
 	$(PY) tests/upstream/run_mmseg_tests.py -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# the GPU targets refuse a machine where torch sees no CUDA GPU, in one
+# line (argv[1]: the target)
+define NO_GPU
+import os, sys, torch
+if not torch.cuda.is_available():
+    print(f'{sys.argv[1]}: no CUDA GPU is visible (torch {torch.__version__}, '
+          f'CUDA build {torch.version.cuda}, CUDA_VISIBLE_DEVICES='
+          f'{os.environ.get("CUDA_VISIBLE_DEVICES", "unset")}): run it on a '
+          'machine with one (make test runs the CPU dry run)', file=sys.stderr)
+    sys.exit(2)
+endef
+export NO_GPU
+
+# the GPU tests, the smoke check's table (gpu_smoke.md, gpu_smoke.json,
+# ddp.log) written to GPU_CHECK_OUT; docs/benchmarks.md, "GPU check"
+GPU_CHECK_OUT ?= work_dirs/gpu_check
+GPU_TESTS := tests/gpu tests/test_attention_overflow.py \
+	tests/test_ddp_freeze_and_syncbn.py
+
+gpu-check: $(STAMP)
+	@$(PY) -c "$$NO_GPU" gpu-check
+	$(PY) -m pytest -m gpu $(GPU_TESTS) --gpu-out $(GPU_CHECK_OUT) $(PYTEST_ARGS)
+
+# the decoder, encoder, training-step and shared-encoder benchmarks at GPU
+# sizes, each in float32 and under bfloat16 autocast, then gpu_report.md
+# of their tables; docs/benchmarks.md, "GPU report". BENCH runs each tool.
+GPU_REPORT_OUT ?= work_dirs/gpu_report
+DEVICE ?= cuda
+BENCH ?= $(PY)
+GPU_REPORT_PARTS := decoders decoders-compiled encoders train_step \
+	shared_sweep
+# $(call gpu_report_runs,PRECISION,AUTOCAST FLAGS)
+define gpu_report_runs
+	$(BENCH) tools/analysis_tools/benchmark_decoders.py --device $(DEVICE) --arch s --shapes 512 1024 2048 4096 --repeats 10 --warmup 2 --max-seconds 1 --no-flops $(2) --out $(GPU_REPORT_OUT)/decoders-$(1)
+	$(BENCH) tools/analysis_tools/benchmark_decoders.py --device $(DEVICE) --arch s --models segmenter cbsa --compile --shapes 512 1024 2048 4096 --repeats 10 --warmup 2 --max-seconds 1 --no-flops $(2) --out $(GPU_REPORT_OUT)/decoders-compiled-$(1)
+	$(BENCH) tools/analysis_tools/benchmark_encoders.py --device $(DEVICE) --arch s --shapes 512 1024 2048 --flops-shapes --repeats 5 --warmup 1 --max-seconds 1 $(2) --out $(GPU_REPORT_OUT)/encoders-$(1)
+	$(BENCH) tools/analysis_tools/benchmark_train_step.py --device $(DEVICE) --arch s --models vit+segmenter vit+cbsa cbt+cbsa --shapes 512 1024 2048 --batch 1 --banded-loss 64 --repeats 3 --warmup 1 --max-seconds 2 $(2) --out $(GPU_REPORT_OUT)/train_step-$(1)
+	$(BENCH) tools/analysis_tools/benchmark_shared_encoder.py --device $(DEVICE) --num-images 4 --shape 512 683 --settings 20 $(2) --out $(GPU_REPORT_OUT)/shared_sweep-$(1)
+endef
+# gpu_report.md: the device, torch and date, then per benchmark and
+# precision its table (benchmark.md), the decode heads' slopes under theirs
+define GPU_REPORT
+import json, os.path as osp, sys
+out, parts, lines = sys.argv[1], sys.argv[2:], []
+for part in parts:
+    for precision in ('float32', 'bfloat16'):
+        folder = osp.join(out, f'{part}-{precision}')
+        with open(osp.join(folder, 'benchmark.json')) as f:
+            report = json.load(f)
+        if not lines:
+            m = report['machine']
+            device = m.get('gpu') or m['cpu']
+            lines += [f'# GPU report: {device}', '',
+                      f'{device}, torch {m["torch"]}, {m["date"]}.', '']
+        with open(osp.join(folder, 'benchmark.md')) as f:
+            lines += [f'## {part}, {precision}', '', f.read()]
+        fits = [f'{head} {fit["fwd_ms"]:.2f}' for head, fit
+                in report.get('slopes', {}).items() if 'fwd_ms' in fit]
+        if part.startswith('decoders') and fits:
+            lines += ['Slope of fwd_ms against tokens (log-log; 1 = '
+                      'linear): ' + ', '.join(fits) + '.', '']
+with open(osp.join(out, 'gpu_report.md'), 'w') as f:
+    f.write('\n'.join(lines))
+print(f'written to {osp.join(out, "gpu_report.md")}')
+endef
+export GPU_REPORT
+
+gpu-report: $(STAMP)
+	$(if $(filter cuda%,$(DEVICE)),@$(PY) -c "$$NO_GPU" gpu-report)
+	$(call gpu_report_runs,float32,)
+	$(call gpu_report_runs,bfloat16,--amp --amp-dtype bfloat16)
+	@$(PY) -c "$$GPU_REPORT" $(GPU_REPORT_OUT) $(GPU_REPORT_PARTS)
 
 clean-demo:
 	rm -rf work_dirs/demo data/synthetic-context

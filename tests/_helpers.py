@@ -281,3 +281,22 @@ def raised_by(action):
     except Exception as exc:  # noqa: BLE001
         return exc
     raise AssertionError('nothing raised')
+
+
+#: ``aten::`` ops that are one scaled-dot-product backend each (what
+#: ``F.scaled_dot_product_attention`` dispatches to), and its name
+SDPA_BACKENDS = {
+    '_scaled_dot_product_flash_attention_for_cpu': 'flash (CPU)',
+    '_scaled_dot_product_flash_attention': 'flash',
+    '_scaled_dot_product_efficient_attention': 'memory-efficient',
+    '_scaled_dot_product_cudnn_attention': 'cudnn',
+    '_scaled_dot_product_fused_attention_overrideable': 'fused (other)',
+    '_scaled_dot_product_attention_math': 'math',
+    '_scaled_dot_product_attention_math_for_mps': 'math',
+}
+
+
+def sdpa_backend(op_name: str):
+    """The backend a profiler's ``aten::`` op is (:data:`SDPA_BACKENDS`),
+    or None."""
+    return SDPA_BACKENDS.get(op_name.split('::', 1)[-1])

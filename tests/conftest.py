@@ -31,6 +31,13 @@ os.environ.setdefault('TORCHINDUCTOR_VEC_ISA_OK', '0')
 inductor_config.cpp.vec_isa_ok = os.environ['TORCHINDUCTOR_VEC_ISA_OK'] == '1'
 
 
+def pytest_addoption(parser):
+    parser.addoption('--gpu-out', metavar='DIR', default=None,
+                     help='write the GPU smoke check\'s table to DIR '
+                     '(gpu_smoke.md, gpu_smoke.json, ddp.log; make '
+                     'gpu-check, tests/gpu/)')
+
+
 def pytest_collection_modifyitems(items):
     """The tests marked ``slow`` first, in their order: the workers then
     share out the short ones at the end, instead of one running a long

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from mmseg_whitebox.ops import (CBSA, MHSA, MSSA, QKVCBSA, TSSA, CrossMSSA,
                                 MiTA, precision)
 
-from _helpers import skip_without_cpu_autocast
+from _helpers import sdpa_backend, skip_without_cpu_autocast
 
 DTYPES = (torch.float16, torch.bfloat16)
 #: the squared root mean square of the query coordinates
@@ -182,11 +182,11 @@ def sdpa_backends(*names: str):
 
 
 def ran_backends(events) -> List[str]:
-    from mmseg_whitebox.analysis.gpu_smoke import sdpa_backend
     return sorted({sdpa_backend(e.name) for e in events
                    if sdpa_backend(e.name)})
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason='needs CUDA: the fused GPU kernels and CUDA\'s '
                     'math kernel (the CPU half of the probe runs above)')

@@ -229,6 +229,7 @@ def test_cpu_processes_get_the_reverting_wrapper():
     assert reverting_sync_batchnorm(other) == other
 
 
+@pytest.mark.gpu
 @pytest.mark.distributed
 @pytest.mark.skipif(torch.cuda.device_count() < 2 or
                     not dist.is_nccl_available(),

@@ -1,119 +1,137 @@
-"""The GPU report: its whole sequence as a dry run on the CPU, and the
-one-line answer of a machine without a GPU."""
+"""The GPU report, ``make gpu-report``: every command it runs is its
+benchmark tool's own (flags, choices), in float32 and bfloat16; the
+shared sweep writes its table under autocast; the report gathers every
+benchmark's table; without a GPU it stops in one line. The tools run in
+subprocesses; none is imported here."""
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from mmseg_whitebox.analysis.benchmark import plan_differences
-from mmseg_whitebox.analysis.gpu_report import (BENCHMARKS, DRY_RUN_PLAN,
-                                                GPU_PLAN, REPORT,
-                                                SIZE_FIELDS, missing_gpu,
-                                                run_gpu_report, slope_lines)
+from mmseg_whitebox.apis.demo_models import DEMO_MODELS
+
+from _helpers import REPO, run_tool, skip_without_cpu_autocast
+
+#: the report's benchmarks, as its folders name them, in its order
+PARTS = ('decoders', 'decoders-compiled', 'encoders', 'train_step',
+         'shared_sweep')
+PRECISIONS = ('float32', 'bfloat16')
 
 
-def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
-    # the same models, heads, banded-loss rows and configs; only sizes
-    # (of inputs and models), CBSA's grid of representatives and timing
-    # budgets differ
-    differing = plan_differences(DRY_RUN_PLAN, GPU_PLAN)
-    assert differing and set(differing) <= set(SIZE_FIELDS)
-    for name in ('decoder_heads', 'encoders', 'train_models',
-                 'train_band_rows', 'sweep_config', 'decoder_encoder'):
-        assert getattr(DRY_RUN_PLAN, name) == getattr(GPU_PLAN, name)
-    assert GPU_PLAN.train_band_rows  # the banded-loss rows run in both
+def make(*args: str) -> subprocess.CompletedProcess:
+    """``make ARGS`` at the repository root with this interpreter, the
+    venv taken as installed."""
+    return subprocess.run(
+        ['make', '--no-print-directory', '-o',
+         '.venv/.mmseg_whitebox-installed', *args, f'PY={sys.executable}'],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.slow
-def test_dry_run_reports_every_benchmark_in_both_precisions(tmp_path,
-                                                            one_thread):
-    out = tmp_path / 'report'
-    report = run_gpu_report(str(out), dry_run=True)
-    text = (out / REPORT).read_text()
-    assert f'torch {torch.__version__}' in text
-    assert report['machine']['cpu'] in text.splitlines()[0]
-    for name, (title, _, table) in BENCHMARKS.items():
-        done = report['results'][name]
-        assert 'error' not in done, done
-        rows = done['results']
-        assert {r['precision'] for r in rows} == {'float32', 'bfloat16'}
-        assert all(r['status'] == 'ok' for r in rows), rows
-        assert f'## {title}' in text
-        header = '| ' + ' | '.join(c[1] for c in table.columns) + ' | note |'
-        assert header in text  # one table per benchmark
-        with open(out / f'{name}.json') as f:
-            assert json.load(f)['results'] == json.loads(json.dumps(rows))
-    # each precision's ratios are to its own reference row, and no row
-    # has a ratio to itself
-    decoders = report['results']['decoders']['results']
-    for precision in ('float32', 'bfloat16'):
-        mine = {r['head']: r for r in decoders
-                if r['precision'] == precision}
-        assert 'fwd_ms_vs_segmenter' not in mine['segmenter']
-        assert mine['cbsa']['fwd_ms_vs_segmenter'] == pytest.approx(
-            mine['cbsa']['fwd_ms'] / mine['segmenter']['fwd_ms'])
-    train = report['results']['train_step']['results']
-    assert {r['head'] for r in train} == {
-        m + b for m in GPU_PLAN.train_models for b in ('', ' banded')}
-    for r in train:
-        assert ('step_ms_vs_ref' in r) == (r['head'] != 'vit+segmenter')
-    encoders = report['results']['encoders']['results']
-    assert {r['head'] for r in encoders} == set(GPU_PLAN.encoders)
-    assert all(r['identical'] for r in
-               report['results']['shared_sweep']['results'])
+def report_commands(out: str):
+    """``(tool, arguments)`` of every tool ``make gpu-report`` runs."""
+    proc = make('-n', 'gpu-report', 'DEVICE=cpu', f'GPU_REPORT_OUT={out}')
+    assert proc.returncode == 0, proc.stderr
+    words = [shlex.split(line) for line in proc.stdout.splitlines()]
+    return [(w[1], w[2:]) for w in words
+            if len(w) > 1 and w[1].startswith('tools/')]
 
 
-def test_the_report_fits_each_heads_slope_per_precision():
-    """The linearity check: cost x4 per token x4 is slope 1, x16 is 2; a
-    head measured at one size has no slope."""
-    rows = [dict(head=head, precision=precision, tokens=tokens,
-                 fwd_ms=tokens ** power)
-            for precision in ('float32', 'bfloat16')
-            for head, power in (('cbsa', 1), ('segmenter', 2))
-            for tokens in (1024, 4096)]
-    rows.append(dict(head='once', precision='float32', tokens=1024,
-                     fwd_ms=1.0))
-    assert slope_lines(rows, 'fwd_ms') == [
-        'Slope of fwd_ms against tokens (log-log; 1 = linear), float32: '
-        'cbsa 1.00, segmenter 2.00.',
-        'Slope of fwd_ms against tokens (log-log; 1 = linear), bfloat16: '
-        'cbsa 1.00, segmenter 2.00.']
+def flag_values(argv):
+    """``{flag: [values]}`` of a command line of flags only."""
+    found = {}
+    for word in argv:
+        if word.startswith('--'):
+            flag = found.setdefault(word, [])
+        else:
+            flag.append(word)
+    return found
 
 
-def test_compiled_heads_are_timed_beside_themselves_eager(eager_compile):
-    """The GPU plan's compiled decoder rows, through the report's own path
-    on one head at the dry run's size; dynamo's ``eager`` backend stands in
-    for inductor (the same graphs, no code generated)."""
-    from dataclasses import replace
-    from mmseg_whitebox.analysis.benchmark import project_configs
-    from mmseg_whitebox.analysis.gpu_report import _decoders
-    plan = replace(DRY_RUN_PLAN, decoder_heads=('segmenter', ),
-                   decoder_compiled=('segmenter', ))
-    assert 'segmenter' in GPU_PLAN.decoder_compiled
-    rows = {(r['head'], r['precision']): r for r in _decoders(
-        plan, torch.device('cpu'), None, project_configs())}
-    assert sorted(rows) == [(head, precision)
-                            for head in ('segmenter', 'segmenter+compile')
-                            for precision in ('bfloat16', 'float32')]
-    for precision in ('float32', 'bfloat16'):
-        eager = rows[('segmenter', precision)]
-        compiled = rows[('segmenter+compile', precision)]
-        assert compiled['fwd_compile_s'] > 0
-        assert compiled['train_compile_s'] > 0
-        assert compiled['fwd_ms_vs_eager'] == pytest.approx(
-            compiled['fwd_ms'] / eager['fwd_ms'])
+def test_the_report_runs_each_benchmark_with_its_own_flags(tmp_path):
+    commands = report_commands(str(tmp_path))
+    runs = [(tool.rsplit('/', 1)[1], flag_values(argv)['--out'][0])
+            for tool, argv in commands]
+    assert [out.rsplit('/', 1)[1] for _, out in runs] == [
+        f'{part}-{precision}' for precision in PRECISIONS
+        for part in PARTS]
+    for tool, argv in commands:
+        flags = flag_values(argv)
+        assert flags['--device'] == ['cpu']
+        bfloat16 = flags['--out'][0].endswith('bfloat16')
+        assert flags.get('--amp-dtype') == (['bfloat16'] if bfloat16
+                                            else None)
+    tools = sorted({tool for tool, _ in commands})
+    options = json.loads(run_tool(['tests/_tool_parsers.py'] + tools)
+                         .stdout.strip().splitlines()[-1])
+    for tool, argv in commands:
+        known = {flag: o for o in options[tool] for flag in o['flags']}
+        for flag, values in flag_values(argv).items():
+            assert flag in known, (tool, flag)
+            if known[flag]['choices']:
+                assert set(values) <= set(known[flag]['choices']), (tool,
+                                                                    flag)
+            if known[flag]['nargs'] == 0:
+                assert not values, (tool, flag)
 
 
-def test_gpu_sizes_are_refused_on_a_cpu(tmp_path):
-    with pytest.raises(ValueError, match='would take hours'):
-        run_gpu_report(str(tmp_path / 'x'), device='cpu')
-    assert not (tmp_path / 'x').exists()
+def test_the_shared_sweep_writes_its_table_under_autocast(tmp_path):
+    """What the report's shared-sweep runs add to the tool: ``--amp`` and
+    a table in ``--out``."""
+    skip_without_cpu_autocast(torch.bfloat16)
+    out = tmp_path / 'sweep'
+    run_tool(['tools/analysis_tools/benchmark_shared_encoder.py',
+              dict(DEMO_MODELS)['cbsa'], '--num-images', '1', '--shape',
+              '128', '160', '--settings', '2', '--threads', '1',
+              '--amp-dtype', 'bfloat16', '--out', str(out)])
+    report = json.loads((out / 'benchmark.json').read_text())
+    row, = report['results']
+    assert row['amp'] == 'bfloat16' and row['identical'] is True
+    assert row['size'] == '128x160' and row['settings'] == 2
+    assert report['machine']['torch'] == torch.__version__
+    table = (out / 'benchmark.md').read_text().splitlines()
+    assert table[0].startswith('| config | images | image | settings |')
+    assert len(table) == 3 and table[2].startswith('| configs/')
+
+
+def test_the_report_gathers_every_table(tmp_path):
+    """Every benchmark's table in each precision, headed by the device,
+    torch and date; the decode heads' slopes under their tables."""
+    for part in PARTS:
+        for precision in PRECISIONS:
+            folder = tmp_path / f'{part}-{precision}'
+            folder.mkdir()
+            (folder / 'benchmark.json').write_text(json.dumps(dict(
+                machine=dict(cpu='CPU', gpu='GPU X', torch='9.9',
+                             date='2031-01-01T00:00:00'),
+                slopes=dict(cbsa=dict(fwd_ms=1.0, mem_fwd=1.0),
+                            segmenter=dict(fwd_ms=1.96)))))
+            (folder / 'benchmark.md').write_text(
+                f'| head | ms | note |\n|---|---|---|\n| {part} | 1 | |\n')
+    proc = make('gpu-report', 'DEVICE=cpu', 'BENCH=true',
+                f'GPU_REPORT_OUT={tmp_path}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / 'gpu_report.md').read_text()
+    assert text.startswith('# GPU report: GPU X\n\nGPU X, torch 9.9, '
+                           '2031-01-01T00:00:00.\n')
+    sections = text.split('\n## ')[1:]
+    assert [s.split('\n', 1)[0] for s in sections] == [
+        f'{part}, {precision}' for part in PARTS for precision in PRECISIONS]
+    slopes = ('Slope of fwd_ms against tokens (log-log; 1 = linear): cbsa '
+              '1.00, segmenter 1.96.')
+    for section in sections:
+        part = section.split(',', 1)[0]
+        assert f'| {part} | 1 | |' in section
+        assert (slopes in section) == part.startswith('decoders')
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
-def test_without_a_gpu_the_report_says_so_in_one_line():
-    # the tool prints this line and exits 0 (not run here: a tool's start
-    # costs seconds); a CPU device needs no GPU
-    assert missing_gpu('cpu') is None
-    message = missing_gpu('cuda')
-    assert message.startswith('no GPU') and '\n' not in message
+def test_without_a_gpu_the_report_stops_in_one_line(tmp_path):
+    out = tmp_path / 'out'
+    proc = make('gpu-report', f'GPU_REPORT_OUT={out}')
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith('gpu-report: no CUDA GPU is visible')
+    assert len(proc.stderr.strip().splitlines()) == 2  # and make's own
+    assert not out.exists()

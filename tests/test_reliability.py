@@ -415,12 +415,10 @@ def test_lock_without_a_readable_record(tmp_path, capsys):
 
 def test_test_tool_and_benchmarks_lock_their_output(tmp_path, weights):
     """tools/test.py locks its work dir (and evaluate_checkpoint, the
-    tool's function, its --out too), the benchmarks and the GPU report
-    their --out: a second run is refused before it writes anything,
-    naming the first."""
+    tool's function, its --out too), the benchmarks their --out: a second
+    run is refused before it writes anything, naming the first."""
     from mmseg_whitebox.analysis.decoder_benchmark import \
         run_decoder_benchmark
-    from mmseg_whitebox.analysis.gpu_report import run_gpu_report
     from mmseg_whitebox.apis import evaluate_checkpoint
     from mmseg_whitebox.engine.runner_config import runner_config
     from mmseg_whitebox.utils.tool_error import ToolError
@@ -438,8 +436,7 @@ def test_test_tool_and_benchmarks_lock_their_output(tmp_path, weights):
                 (lambda: evaluate_checkpoint(cfg, weights, out=str(work)),
                  '--out'),
                 (lambda: run_decoder_benchmark(str(work), ['cbsa'],
-                                               [(64, 64)], 't'), '--out'),
-                (lambda: run_gpu_report(str(work), dry_run=True), '--out')):
+                                               [(64, 64)], 't'), '--out')):
             with pytest.raises(ToolError, match=f"{option} '{work}' is in "
                                f'use by PID {holder.proc.pid}'):
                 run()

@@ -21,7 +21,7 @@ import glob
 import os
 import os.path as osp
 import platform
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
@@ -206,23 +206,6 @@ def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
     """The row of model ``name`` at image ``size``, status ``'ok'``."""
     return dict(head=name, size=f'{size[0]}x{size[1]}', **facts,
                 status='ok')
-
-
-def missing_gpu_line(device: str, nothing: str) -> Optional[str]:
-    """The one line a GPU tool prints instead of its work when ``device``
-    is a CUDA device torch cannot see (None when it can); ``nothing`` says
-    what is not done."""
-    if torch.device(device).type == 'cuda' and not torch.cuda.is_available():
-        return (f'no GPU: torch sees no CUDA device, so {nothing} '
-                '(--dry-run runs the same plan on the CPU at tiny sizes)')
-    return None
-
-
-def plan_differences(plan: Any, other: Any) -> List[str]:
-    """The fields in which two plans (dataclasses of one type) differ: a
-    dry run's plan may differ from the GPU's in its sizes only."""
-    return [f.name for f in fields(plan)
-            if getattr(plan, f.name) != getattr(other, f.name)]
 
 
 def rep_grid_options(model_cfg: Any, rep_grid: Tuple[int, int]

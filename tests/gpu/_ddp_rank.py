@@ -1,18 +1,16 @@
-"""One rank of the GPU smoke check's DDP run (:func:`.gpu_smoke.run_ddp`).
+"""One rank of the GPU smoke check's DDP run (tests/gpu/_smoke_run.py),
+started by ``torchrun`` as ``_ddp_rank.py SPEC.json``.
 
-Started by ``torchrun`` as ``python -m mmseg_whitebox.analysis.gpu_smoke_ddp
-SPEC.json``, one process per visible GPU (NCCL; gloo on the CPU of a dry
-run): every rank builds the same model from the same seed, wraps it in
-``DistributedDataParallel`` (``find_unused_parameters=False``, as the
-published configs train), and trains it on batches of its own; rank 0
-writes every rank's losses, the largest difference of any parameter from
-rank 0's after the last step (DDP averages the gradients, so it is 0) and
-the number of DDP's "grad strides do not match bucket view strides"
-warnings (a gradient laid out unlike its parameter: a copy every step) to
-the spec's ``out``. Not a tool: it runs only under ``torchrun``.
+Every rank builds the same model from the same seed, wraps it as the
+Runner does (``MMDistributedDataParallel``, ``find_unused_parameters=
+False`` as the published configs train; gradients in their parameters'
+strides as ``GradLayoutHook`` lays them out) and trains it through its
+``train_step`` on batches of its own. Rank 0 writes every rank's losses,
+the largest difference of any parameter from rank 0's after the last
+step (DDP averages the gradients, so it is 0) and the number of DDP's
+"grad strides do not match bucket view strides" warnings to the spec's
+``out``.
 """
-from __future__ import annotations
-
 import datetime
 import faulthandler
 import json
@@ -24,15 +22,18 @@ from typing import Dict, List
 import torch
 import torch.distributed as dist
 
+import mmseg_whitebox  # noqa: F401  (compat + registration first)
+from mmseg_whitebox.models.layers.grad_layout import keep_grad_layout
+from mmseg_whitebox.utils.atomic import write_json
+
+from _smoke import (build_optim_wrapper, build_smoke_model, smoke_batch,
+                    train_step)
+
 
 def run_rank(spec: Dict) -> None:
     """This rank's part of the DDP run that ``spec`` describes; the
     process ends here (:func:`end_rank`) once it is done."""
-    import mmseg_whitebox  # noqa: F401  (compat + registration first)
-    from mmseg_whitebox.utils.atomic import write_json
-    from mmseg_whitebox.models.layers.grad_layout import keep_grad_layout
-    from .gpu_smoke import (build_optim_wrapper, build_smoke_model,
-                            smoke_batch, train_iteration)
+    from mmengine.model import MMDistributedDataParallel
     # a rank that stalls (a collective nobody joins) prints every thread's
     # stack to the log and exits, before the launcher's timeout kills it
     faulthandler.dump_traceback_later(spec['watchdog'], exit=True)
@@ -48,26 +49,24 @@ def run_rank(spec: Dict) -> None:
                             timeout=datetime.timedelta(seconds=120))
     try:
         model = build_smoke_model(
-            spec['model'], spec['arch'], device, spec['seed'],
-            spec['config_root'],
+            spec['model'], spec['arch'], tuple(spec['crop']), device,
+            spec['seed'], spec['config_root'],
             tuple(spec['rep_grid']) if spec['rep_grid'] else None)
         optim_wrapper = build_optim_wrapper(model, 'float32', device)
-        # as GradLayoutHook does in the Runner: gradients in their
-        # parameters' strides, no copy into DDP's buckets
         keep_grad_layout(model)
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[local_rank] if device.type == 'cuda' else None,
+        ddp = MMDistributedDataParallel(
+            module=model,
+            device_ids=[local_rank] if device.type == 'cuda' else None,
             find_unused_parameters=False)
         classes = model.decode_head.num_classes
         losses: List[float] = []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             for i in range(spec['iterations']):
-                inputs, samples = smoke_batch(
-                    classes, spec['batch'], tuple(spec['crop']),
-                    spec['seed'] + 1000 * (rank + 1) + i, device)
-                losses.append(train_iteration(ddp, optim_wrapper, inputs,
-                                              samples))
+                data = smoke_batch(classes, spec['batch'],
+                                   tuple(spec['crop']),
+                                   spec['seed'] + 1000 * (rank + 1) + i)
+                losses.append(train_step(ddp, optim_wrapper, data))
         strides = sum('strides do not match' in str(w.message)
                       for w in caught)
         flat = torch.cat([p.detach().float().flatten()
@@ -96,21 +95,16 @@ def run_rank(spec: Dict) -> None:
 
 
 def end_rank() -> None:
-    """End this rank, its work done, without tearing gloo down: a rank
-    whose results were written once hung in ``~ProcessGroupGloo`` when
-    the DDP reducer released the destroyed group (a futex wait, after its
-    watchdog was cancelled), until the launcher's timeout; the tools' own
-    workers end so too (``cli.runner.exit_distributed_worker``)."""
+    """End this rank, its work done, without tearing gloo down (a rank
+    whose results were written once hung in ``~ProcessGroupGloo`` when the
+    DDP reducer released the destroyed group); the tools' workers end so
+    too (``cli.runner.exit_distributed_worker``)."""
     faulthandler.cancel_dump_traceback_later()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(0)
 
 
-def main(argv: List[str]) -> None:
-    with open(argv[0]) as f:
-        run_rank(json.load(f))
-
-
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    with open(sys.argv[1]) as f:
+        run_rank(json.load(f))

@@ -1,35 +1,32 @@
-"""The GPU smoke check: its whole plan as a dry run on the CPU (every
-model in every precision, the DDP run as 2 gloo processes), that plan
-being the GPU's apart from its sizes, and a check that cannot pass
-without what it checks: no GPU is exit status 2, one GPU no DDP row."""
+"""The GPU smoke check's whole plan as a dry run on the CPU (every model in
+every precision, the DDP run as 2 gloo processes), that plan being the
+GPU's apart from its sizes, its DDP launcher's failure paths, and a check
+that cannot pass without what it checks: ``make gpu-check`` without a GPU
+fails in one line, one GPU gives no DDP row."""
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+from dataclasses import fields
 
 import pytest
 import torch
 
-from _helpers import run_tool
-
-from mmseg_whitebox.analysis.benchmark import plan_differences
-from mmseg_whitebox.analysis.gpu_smoke import (DRY_RUN_PLAN, EXPLICIT,
-                                               GPU_PLAN, PRECISIONS, REPORT,
-                                               RESULTS, SIZE_FIELDS,
-                                               DDP_ONE_GPU, SMOKE_CONFIGS,
-                                               first_error,
-                                               precision_problem,
-                                               report_markdown, run_ddp,
-                                               run_gpu_smoke, stop_launch)
+from _helpers import REPO
+from _smoke import (DRY_RUN_PLAN, EXPLICIT, GPU_PLAN, PRECISIONS,
+                    SIZE_FIELDS, SMOKE_CONFIGS, precision_problem)
+from _smoke_run import (DDP_ONE_GPU, REPORT, RESULTS, SmokeRun, first_error,
+                        report_markdown, run_ddp, stop_launch)
 
 
 def test_the_dry_run_plan_is_the_gpu_plan_made_smaller():
     assert DRY_RUN_PLAN.models == GPU_PLAN.models == tuple(SMOKE_CONFIGS)
     assert DRY_RUN_PLAN.precisions == GPU_PLAN.precisions == PRECISIONS
     assert DRY_RUN_PLAN.ddp_model == GPU_PLAN.ddp_model
-    assert set(plan_differences(DRY_RUN_PLAN, GPU_PLAN)) <= set(SIZE_FIELDS)
+    assert {f.name for f in fields(GPU_PLAN) if getattr(DRY_RUN_PLAN, f.name)
+            != getattr(GPU_PLAN, f.name)} <= set(SIZE_FIELDS)
     # every published decode head on ViT-T, and the CBT encoder
     assert set(GPU_PLAN.models) == {'segmenter', 'linear', 'mssa',
                                     'mssa-ca', 'tssa', 'cbsa',
@@ -43,7 +40,11 @@ def dry_run(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the one_thread fixture, for the module
     try:
-        return out, run_gpu_smoke(str(out), dry_run=True)
+        run = SmokeRun(DRY_RUN_PLAN, torch.device('cpu'), str(out))
+        for name in DRY_RUN_PLAN.models:
+            run.model_rows(name)
+        run.ddp()
+        return out, run.write()
     finally:
         torch.set_num_threads(threads)
 
@@ -143,32 +144,6 @@ def test_a_timed_out_launch_stops_its_ranks(tmp_path):
             time.sleep(0.05)
 
 
-def test_gpu_plan_is_refused_on_a_cpu(tmp_path):
-    with pytest.raises(ValueError, match='give a CUDA device'):
-        run_gpu_smoke(str(tmp_path / 'x'), device='cpu')
-    assert not (tmp_path / 'x').exists()
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
-def test_without_a_gpu_the_tool_stops_with_exit_status_2(tmp_path):
-    """``--device cuda`` (and the default, which is cuda) on a machine
-    without a GPU: one line and exit status 2, as tools/train.py and
-    tools/test.py, and nothing written; from Python an InputError."""
-    for device in ([], ['--device', 'cuda']):
-        proc = run_tool(['tools/analysis_tools/gpu_smoke.py', '--out',
-                         str(tmp_path / 'out')] + device, check=False)
-        assert proc.returncode == 2, proc.stdout + proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert lines[-1].startswith('gpu_smoke.py: error: ') and \
-            '--device cuda: this machine has no CUDA device' in lines[-1]
-        assert '--dry-run' in lines[-1] and 'use --device cpu' not in \
-            lines[-1]
-        assert not (tmp_path / 'out').exists()
-    with pytest.raises(ValueError, match='no CUDA device'):
-        run_gpu_smoke(str(tmp_path / 'x'))
-    assert not (tmp_path / 'x').exists()
-
-
 def test_ddp_row_on_one_gpu_is_skipped(tmp_path, monkeypatch):
     """One visible GPU: world size 1 would compare a rank with itself, so
     no DDP run starts and the row says so; it is not a failure."""
@@ -183,3 +158,20 @@ def test_ddp_row_on_one_gpu_is_skipped(tmp_path, monkeypatch):
                            [dict(model='cbsa', precision='float32',
                                  status='ok')], row)
     assert 'All checks passed (DDP skipped: one GPU).' in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA device exists')
+def test_make_gpu_check_without_a_gpu_fails_in_one_line(tmp_path):
+    """``make gpu-check`` where torch sees no CUDA GPU: exit status 2 and
+    one line saying so before any test runs (not a pass of skipped
+    tests), nothing written."""
+    out = tmp_path / 'out'
+    proc = subprocess.run(
+        ['make', '-o', '.venv/.mmseg_whitebox-installed', 'gpu-check',
+         f'PY={sys.executable}', f'GPU_CHECK_OUT={out}'],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith('gpu-check: no CUDA GPU is visible'), lines
+    assert len([line for line in lines if not line.startswith('make')]) == 1
+    assert 'passed' not in proc.stdout and not out.exists()

@@ -21,6 +21,7 @@ traceback is logged there (:func:`output_folder`).
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import os
@@ -30,7 +31,7 @@ import sys
 import time
 import weakref
 from dataclasses import asdict, dataclass
-from typing import Dict, Optional
+from typing import Optional
 
 from filelock import FileLock, Timeout
 
@@ -108,36 +109,26 @@ def read_owner(lock_path: str) -> Optional[LockRecord]:
         return None
 
 
-class _Held:
-    """A lock this process holds: its :class:`FileLock` and how many
-    :class:`RunLock` handles share it."""
-
-    def __init__(self, path: str, lock: FileLock) -> None:
-        self.path, self.lock, self.count = path, lock, 0
-        self.pid = os.getpid()
-
-
-#: locks held by this process (real path of the lock file -> _Held)
-_HELD: Dict[str, _Held] = {}
 #: the folder the current run writes into (see :func:`output_folder`)
 _OUTPUT_FOLDER: Optional[str] = None
+#: the handles of locks held in this process
+_HANDLES: 'weakref.WeakSet[RunLock]' = weakref.WeakSet()
 
 
 class RunLock:
     """A handle on a held lock. :meth:`release` (or leaving its ``with``
     block, or the handle being garbage collected, or the process ending)
-    gives it up; the lock is released and its files removed when the last
-    handle of this process goes. Handles of the same lock in one
-    process share it."""
+    gives it up. Handles of the same lock in one process share one
+    :class:`FileLock` (filelock's singleton and lock counter): the lock is
+    released and its files removed when the last handle goes."""
 
-    def __init__(self, held: Optional[_Held]) -> None:
-        self.path = held.path if held else None
-        self.owner_path = owner_path(held.path) if held else None
-        if held is not None:
-            held.count += 1
-            self._finalizer = weakref.finalize(self, _release, held)
-        else:  # not locked here (a secondary rank)
-            self._finalizer = None
+    def __init__(self, lock: Optional[FileLock]) -> None:
+        self.path = lock.lock_file if lock else None
+        self.owner_path = owner_path(lock.lock_file) if lock else None
+        self._finalizer = None  # not locked here (a secondary rank)
+        if lock is not None:
+            self._finalizer = weakref.finalize(self, _release, lock)
+            _HANDLES.add(self)
 
     def release(self) -> None:
         if self._finalizer is not None:
@@ -150,29 +141,34 @@ class RunLock:
         self.release()
 
 
-def _release(held: _Held) -> None:
-    """Drop one handle of ``held``; with the last, remove the owner record
+def _release(lock: FileLock) -> None:
+    """Drop one hold of ``lock``; with the last, remove the owner record
     and the lock file, then release the lock. A forked child (a dataloader
-    worker) leaves its parent's lock alone."""
-    if os.getpid() != held.pid:
-        return
-    held.count -= 1
-    if held.count > 0:
-        return
-    _HELD.pop(osp.realpath(held.path), None)
+    worker) holds nothing (filelock's counter is 0 there) and leaves its
+    parent's files alone."""
     try:
-        # removed while still held, so no folder keeps a lock file: a run
-        # that opened the file just before and locks it just after the
-        # release finds it unlinked (filelock checks the link count after
-        # locking) and is refused, instead of holding a lock on a file that
-        # a third run has created anew
-        for path in (owner_path(held.path), held.path):
-            try:
-                os.remove(path)
-            except OSError:
-                pass  # e.g. Windows keeps a locked file: reused next time
+        if lock.lock_counter == 1:
+            # removed while still held, so no folder keeps a lock file: a
+            # run that opened the file just before and locks it just after
+            # the release finds it unlinked (filelock checks the link
+            # count after locking) and is refused, instead of holding a
+            # lock on a file that a third run has created anew
+            for path in (owner_path(lock.lock_file), lock.lock_file):
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass  # e.g. Windows keeps a locked file: reused next time
     finally:
-        held.lock.release()
+        lock.release()
+
+
+@atexit.register
+def _release_all() -> None:
+    """Give up every handle at exit, before filelock's own exit handler
+    (registered when filelock was imported, so it runs after this one)
+    releases the locks: the files go while the lock is still held."""
+    for handle in list(_HANDLES):
+        handle.release()
 
 
 def secondary_rank() -> bool:
@@ -207,11 +203,8 @@ def acquire(path: str, label: str) -> RunLock:
     this process's."""
     if secondary_rank():
         return RunLock(None)
-    key = osp.realpath(path)
-    held = _HELD.get(key)
-    if held is not None and held.pid == os.getpid():
-        return RunLock(held)
-    lock = FileLock(path, thread_local=False)  # released by any thread
+    # one instance per file in this process, released by any thread
+    lock = FileLock(path, thread_local=False, is_singleton=True)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -222,6 +215,8 @@ def acquire(path: str, label: str) -> RunLock:
         raise ToolError(f'cannot create the lock file {path!r} of '
                         f'{label} ({exc.strerror}): choose a writable '
                         'output') from exc
+    if lock.lock_counter > 1:  # held by this process already
+        return RunLock(lock)
     try:
         previous = read_owner(path)
         if previous is not None and not previous.is_this_process():
@@ -232,8 +227,7 @@ def acquire(path: str, label: str) -> RunLock:
     except BaseException:
         lock.release()
         raise
-    held = _HELD[key] = _Held(path, lock)
-    return RunLock(held)
+    return RunLock(lock)
 
 
 def note_output_folder(folder: str) -> None:

@@ -57,15 +57,17 @@ def unfixed(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     # nothing of the package ran but the compat package the probe loads
-    # itself, after the no-fix probes, and the error classes it builds on
-    # (under bare namespaces: no other package __init__ ran)
-    assert report['mmseg_whitebox modules'] == [
-        'mmseg_whitebox', 'mmseg_whitebox.compat',
-        'mmseg_whitebox.compat.checkpoints',
-        'mmseg_whitebox.compat.distributions',
-        'mmseg_whitebox.compat.import_shims',
-        'mmseg_whitebox.compat.package_configs',
-        'mmseg_whitebox.compat.resume', 'mmseg_whitebox.utils', 'mmseg_whitebox.utils.tool_error']
+    # itself, after the no-fix probes, and the utils it builds on (error
+    # classes, atomic writes; under bare namespaces: no other package
+    # __init__ ran)
+    assert report['mmseg_whitebox modules'] == ['mmseg_whitebox'] + [
+        f'mmseg_whitebox.compat{module}' for module in (
+            '', '.argparse_errors', '.checkpoint_hook', '.checkpoints',
+            '.compile', '.config_text', '.dataloader', '.distributions',
+            '.imagecorruptions', '.import_shims',
+            '.model_index', '.modules', '.package_configs', '.resume')] + [
+        'mmseg_whitebox.utils', 'mmseg_whitebox.utils.atomic',
+        'mmseg_whitebox.utils.tool_error']
     return report
 
 

@@ -30,7 +30,6 @@ report, and exit 2.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import os
@@ -42,6 +41,7 @@ import time
 import traceback
 from typing import Iterator, List, Optional
 
+from mmseg_whitebox.compat import parser_errors_reported_to
 from mmseg_whitebox.utils.run_lock import output_folder
 from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
                                              CheckFailedError, ToolError)
@@ -144,21 +144,13 @@ def record_error_line(line: str) -> None:
 def recorded_parser_errors() -> Iterator[None]:
     """Inside the block, argparse's usage errors (exit status 2) are
     recorded as :func:`record_error_line` records the others, when
-    :data:`ERROR_FILE_ENV` is set."""
+    :data:`ERROR_FILE_ENV` is set
+    (:func:`~mmseg_whitebox.compat.parser_errors_reported_to`)."""
     if not os.environ.get(ERROR_FILE_ENV):
         yield
         return
-    original = argparse.ArgumentParser.error
-
-    def error(parser: argparse.ArgumentParser, message: str) -> None:
-        record_error_line(f'{parser.prog}: error: {message}')
-        original(parser, message)
-
-    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
-    try:
+    with parser_errors_reported_to(record_error_line):
         yield
-    finally:
-        argparse.ArgumentParser.error = original  # type: ignore
 
 
 def _one_line(text: str) -> str:

@@ -23,6 +23,8 @@ import glob
 import os.path as osp
 from typing import Dict, Iterator, List, Optional
 
+from mmseg_whitebox.compat import add_scope_models
+
 #: the alias prefix of project models whose name mmseg already uses
 ALIAS_PREFIX = 'mmseg_whitebox:'
 
@@ -126,31 +128,7 @@ def tool_path(relative: str) -> str:
 
 def register_model_index() -> bool:
     """Let mmengine's model-name lookup for the ``mmseg`` scope also read
-    this project's metafiles. Idempotent; returns whether it patched."""
-    from mmengine.infer.infer import BaseInferencer
-
-    current = BaseInferencer.__dict__['_get_models_from_metafile']
-    original = getattr(current, '__func__', current)
-    if getattr(original, '_mmseg_whitebox', False):
-        return False
-
-    def _get_models_from_metafile(dir: str):
-        yield from original(dir)
-        if _is_mmseg_dir(dir):
-            yield from project_models()
-
-    _get_models_from_metafile._mmseg_whitebox = True
-    _get_models_from_metafile.__doc__ = original.__doc__
-    BaseInferencer._get_models_from_metafile = staticmethod(
-        _get_models_from_metafile)
-    return True
-
-
-def _is_mmseg_dir(dir: str) -> bool:
-    from mmengine.infer.infer import BaseInferencer
-    try:
-        mmseg_dir = BaseInferencer._get_repo_or_mim_dir('mmseg')
-    except Exception:  # mmseg without its .mim folder: nothing to add to
-        return False
-    return osp.realpath(dir) == osp.realpath(mmseg_dir)
-
+    this project's metafiles
+    (:func:`~mmseg_whitebox.compat.add_scope_models`). Idempotent; returns
+    whether it patched."""
+    return add_scope_models(project_models)

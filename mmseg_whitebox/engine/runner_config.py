@@ -18,13 +18,13 @@ from typing import Any, Callable, Optional
 
 from mmengine.config import Config
 
+from mmseg_whitebox.compat import format_config_text_once
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.downloads import fetch_checkpoint
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 
 from .config import read_config
 from .config_checks import check_data_roots
-from .config_text import format_config_text_once
 
 HOOK_TYPE = 'WeightsOnlyCheckpointHook'
 #: stops a run's persistent dataloader workers when it ends
@@ -73,7 +73,7 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     function that runs the config, within
     :func:`mmseg_whitebox.utils.distributed.run_device` (training,
     testing, the noise sweep). The Runner formats the config's text once
-    (:func:`~mmseg_whitebox.engine.config_text.format_config_text_once`);
+    (:func:`~mmseg_whitebox.compat.format_config_text_once`);
     a config's second and later runs in a process get their own logger
     (:func:`_name_each_run`).
     """

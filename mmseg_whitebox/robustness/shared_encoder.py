@@ -34,6 +34,7 @@ from typing import (Any, Callable, Iterator, List, Optional, Sequence,
 import torch
 import torch.nn as nn
 
+from mmseg_whitebox.compat import module_view
 from mmseg_whitebox.engine.hooks import count_nonfinite
 from mmseg_whitebox.models.attention_sites import unwrap_model
 from mmseg_whitebox.utils.logs import quiet_logging
@@ -129,9 +130,9 @@ def _segmentor_view(model: nn.Module, head: nn.Module,
                     extract_feat: Callable[[torch.Tensor], Any]) -> nn.Module:
     """A shallow copy of the segmentor with another decode head and
     encoder, so that its own inference code runs unchanged (the real
-    segmentor's attributes are not touched)."""
-    view = copy.copy(model)
-    view._modules = dict(model._modules, decode_head=head)
+    segmentor's attributes are not touched;
+    :func:`~mmseg_whitebox.compat.module_view`)."""
+    view = module_view(model, decode_head=head)
     view.extract_feat = extract_feat
     return view
 

@@ -1,12 +1,13 @@
-from .atomic_checkpoint_hook import LAST_CHECKPOINT, AtomicCheckpointHook
+from mmseg_whitebox.compat import LAST_CHECKPOINT
+
+from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .checkpoint_check_hooks import CheckpointCheckHook, ResumeCheckHook
 from .compile_hook import CompileHook
 from .freeze_backbone_hook import FreezeBackboneHook, freeze_backbone
 from .grad_layout_hook import GradLayoutHook
 from .main_process_logger_hook import MainProcessLoggerHook
 from .non_finite_counter import NonFiniteCounter, count_nonfinite
-from .release_workers_hook import (ReleaseDataloaderWorkersHook,
-                                   release_dataloader_workers)
+from .release_workers_hook import ReleaseDataloaderWorkersHook
 from .rng_state_hook import RNGStateCheckpointHook
 from .weights_only_checkpoint_hook import WeightsOnlyCheckpointHook
 
@@ -17,5 +18,5 @@ __all__ = [
     'MainProcessLoggerHook', 'NonFiniteCounter',
     'RNGStateCheckpointHook', 'ReleaseDataloaderWorkersHook',
     'ResumeCheckHook', 'WeightsOnlyCheckpointHook', 'count_nonfinite',
-    'release_dataloader_workers', 'freeze_backbone'
+    'freeze_backbone'
 ]

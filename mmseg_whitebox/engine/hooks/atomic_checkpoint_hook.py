@@ -13,23 +13,23 @@ written to a temporary name in the same folder and renamed once complete
 removed only after the new one and ``last_checkpoint`` (which mmengine
 writes after the save returns) are in place. ``last_checkpoint`` itself,
 which mmengine writes with ``open(path, 'w')`` (emptying it first), is
-written through a temporary file too. A killed save leaves the previous
-checkpoint, still named by ``last_checkpoint``.
+written through a temporary file too
+(:func:`~mmseg_whitebox.compat.last_checkpoint_written_atomically`). A
+killed save leaves the previous checkpoint, still named by
+``last_checkpoint``. Both wrap the public hook points that save.
 :func:`~mmseg_whitebox.engine.runner_config.runner_config` puts it in
 place of mmengine's hook.
 """
 from __future__ import annotations
 
-import builtins
 import contextlib
-import os.path as osp
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.hooks import CheckpointHook
-from mmengine.hooks import checkpoint_hook as mmengine_checkpoint_hook
 from mmseg.registry import HOOKS
 
+from mmseg_whitebox.compat import last_checkpoint_written_atomically
 from mmseg_whitebox.utils.atomic import atomic_path
 
 #: the name of the file backend that writes through a temporary file
@@ -93,42 +93,6 @@ class _DeferredRemoval:
             self._pending.append((remove, path))
 
 
-#: the file mmengine names the latest checkpoint in (in the work dir)
-LAST_CHECKPOINT = 'last_checkpoint'
-
-
-@contextlib.contextmanager
-def _text_written_atomically(path: str) -> Iterator[Any]:
-    with atomic_path(path) as tmp, builtins.open(tmp, 'w') as file:
-        yield file
-
-
-def _open_last_checkpoint_atomically(file: Any, mode: str = 'r', *args: Any,
-                                     **kwargs: Any) -> Any:
-    """``open`` for mmengine's checkpoint hook module: its ``open(
-    last_checkpoint, 'w')`` writes through a temporary file."""
-    if mode == 'w' and not args and not kwargs and \
-            osp.basename(str(file)) == LAST_CHECKPOINT:
-        return _text_written_atomically(str(file))
-    return builtins.open(file, mode, *args, **kwargs)
-
-
-@contextlib.contextmanager
-def _atomic_last_checkpoint() -> Iterator[None]:
-    """Within the block, mmengine's checkpoint hook module writes
-    ``last_checkpoint`` atomically (its name ``open`` resolves to
-    :func:`_open_last_checkpoint_atomically` before the builtin)."""
-    module = mmengine_checkpoint_hook
-    if 'open' in vars(module):  # an enclosing block put it there
-        yield
-        return
-    module.open = _open_last_checkpoint_atomically
-    try:
-        yield
-    finally:
-        del module.open
-
-
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
     """mmengine's ``CheckpointHook`` (same arguments) that never leaves a
@@ -147,12 +111,26 @@ class AtomicCheckpointHook(CheckpointHook):
         if not isinstance(self.file_backend, _DeferredRemoval):
             self.file_backend = _DeferredRemoval(self.file_backend)
 
-    def _save_checkpoint_with_step(self, runner: Any, step: int,
-                                   meta: dict) -> None:
-        with self.file_backend.deferring(), _atomic_last_checkpoint():
-            super()._save_checkpoint_with_step(runner, step, meta)
+    @contextlib.contextmanager
+    def _saving(self) -> Iterator[None]:
+        """Around a public hook point that may save: removals wait for
+        the new checkpoint (once :meth:`before_train` set the backend up),
+        ``last_checkpoint`` is written atomically."""
+        backend = getattr(self, 'file_backend', None)
+        with (backend.deferring() if isinstance(backend, _DeferredRemoval)
+              else contextlib.nullcontext()), \
+                last_checkpoint_written_atomically():
+            yield
 
-    def _save_best_checkpoint(self, runner: Any, metrics: dict) -> None:
-        with self.file_backend.deferring():
-            super()._save_best_checkpoint(runner, metrics)
+    def after_train_iter(self, runner: Any, batch_idx: int,
+                         data_batch: Any = None, outputs: Any = None) -> None:
+        with self._saving():
+            super().after_train_iter(runner, batch_idx, data_batch, outputs)
 
+    def after_train_epoch(self, runner: Any) -> None:
+        with self._saving():
+            super().after_train_epoch(runner)
+
+    def after_val_epoch(self, runner: Any, metrics: dict) -> None:
+        with self._saving():
+            super().after_val_epoch(runner, metrics)

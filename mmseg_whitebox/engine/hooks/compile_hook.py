@@ -38,6 +38,8 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 
+from mmseg_whitebox.compat import decompose_as_newer_torch
+
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
 #: dynamo's settings while a compiled method traces: the loss's count of
@@ -62,22 +64,6 @@ DYNAMO_OPTIONS = (dict(capture_scalar_outputs=True)
 #: versions as :data:`DYNAMO_OPTIONS`
 DDP_OPTIONS = ({} if hasattr(torch, 'get_autocast_dtype')
                else dict(optimize_ddp=False))
-#: the loss's ops that inductor decomposes from torch 2.2 on (2.13 checked)
-#: and torch 2.1 leaves to a fallback: 2.1 refuses that fallback where the
-#: environment variable ``CI`` is set, as CI services set it
-#: (``AssertionError: make_fallback(aten.nll_loss2d_forward.default): a
-#: decomposition exists``), so on 2.1 they are decomposed as on newer torch
-DECOMPOSED_OPS = ('nll_loss2d_forward', 'nll_loss2d_backward')
-
-
-def _decompose_as_newer_torch() -> None:
-    """Add :data:`DECOMPOSED_OPS`' decompositions to inductor's table
-    where it lacks them (torch 2.1; a no-op from 2.2)."""
-    from torch._decomp import get_decompositions
-    from torch._inductor.decomposition import decompositions
-    ops = [getattr(torch.ops.aten, name) for name in DECOMPOSED_OPS]
-    missing = [op for op in ops if op.default not in decompositions]
-    decompositions.update(get_decompositions(missing))
 
 
 def compile_options(compile_cfg: Any) -> Dict[str, Any]:
@@ -110,14 +96,15 @@ def _with_canonical_labels(loss: Callable) -> Callable:
 def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
     """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
     from DDP first), each traced with :data:`DYNAMO_OPTIONS` and
-    :data:`DDP_OPTIONS` (and, on torch 2.1, :data:`DECOMPOSED_OPS`
-    decomposed); the loss's label maps given one layout
+    :data:`DDP_OPTIONS` (and, on torch 2.1, the loss's ops decomposed:
+    :func:`~mmseg_whitebox.compat.decompose_as_newer_torch`); the loss's
+    label maps given one layout
     (:func:`_with_canonical_labels`)."""
     import torch._dynamo.config as dynamo_config
     if is_model_wrapper(model):
         model = model.module
     options = compile_options(compile_cfg)
-    _decompose_as_newer_torch()
+    decompose_as_newer_torch()
     for name in COMPILED_METHODS:
         compiled = dynamo_config.patch(**DYNAMO_OPTIONS, **DDP_OPTIONS)(
             torch.compile(getattr(model, name), **options))

@@ -15,42 +15,38 @@ against 2.3 s for the first; stopping the workers when the run ends took
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 from mmengine.hooks import Hook
-from mmengine.runner import BaseLoop
 from mmseg.registry import HOOKS
 
-#: the Runner's attributes that hold its loops (a dict until built)
-LOOPS = ('_train_loop', '_val_loop', '_test_loop')
-
-
-def release_dataloader_workers(runner: Any) -> int:
-    """Stop the worker processes of the persistent dataloaders of
-    ``runner``'s built loops; returns how many loaders had workers. A
-    loader used again starts new workers."""
-    released = 0
-    for name in LOOPS:
-        loop = vars(runner).get(name)
-        if not isinstance(loop, BaseLoop):
-            continue  # never built: no workers
-        loader = getattr(loop, 'dataloader', None)
-        # PyTorch keeps a persistent loader's iterator (and its workers)
-        # here; it has no public way to stop them
-        workers = getattr(loader, '_iterator', None)
-        if workers is not None and hasattr(workers, '_shutdown_workers'):
-            workers._shutdown_workers()
-            loader._iterator = None
-            released += 1
-    return released
+from mmseg_whitebox.compat import stop_persistent_workers
 
 
 @HOOKS.register_module()
 class ReleaseDataloaderWorkersHook(Hook):
-    """Stops the persistent dataloader workers when the run ends
-    (:func:`release_dataloader_workers`; see the module docstring)."""
+    """Stops the workers of the dataloaders the run used when it ends
+    (:func:`~mmseg_whitebox.compat.stop_persistent_workers`; see the
+    module docstring). A loader is noted when its loop starts."""
 
     priority = 'VERY_LOW'  # after every other hook's after_run
 
+    def __init__(self) -> None:
+        self._loaders: List[Any] = []
+
+    def _note(self, loader: Any) -> None:
+        if not any(loader is seen for seen in self._loaders):
+            self._loaders.append(loader)
+
+    def before_train(self, runner: Any) -> None:
+        self._note(runner.train_dataloader)
+
+    def before_val(self, runner: Any) -> None:
+        self._note(runner.val_dataloader)
+
+    def before_test(self, runner: Any) -> None:
+        self._note(runner.test_dataloader)
+
     def after_run(self, runner: Any) -> None:
-        release_dataloader_workers(runner)
+        for loader in self._loaders:
+            stop_persistent_workers(loader)

@@ -8,7 +8,8 @@ The corruptions are those of the ``imagecorruptions`` package (the
 same definitions mmdetection's benchmark uses; nothing here re-implements
 them. Its last release (1.1.2) calls three APIs that newer libraries
 removed; :func:`load_imagecorruptions` maps them to their replacements in
-that module's namespace only (nothing global is patched):
+that module's namespace only
+(:mod:`mmseg_whitebox.compat.imagecorruptions`):
 
 * ``pkg_resources.resource_filename`` (gone from recent setuptools, e.g.
   84): the frost images are found next to the module;
@@ -29,7 +30,7 @@ numbers and a curve over severity shows the severity, not the draw).
 Labels are not touched.
 
 Modules: :mod:`mmseg_whitebox.datasets.corruption_library` (the
-adapter, names, severities), :mod:`mmseg_whitebox.datasets.corruption_transform`
+library, names, severities), :mod:`mmseg_whitebox.datasets.corruption_transform`
 (:func:`corrupt_image`, :class:`ImageCorruption`), :mod:`.report` (mPC, rPC, table, plot) and :mod:`.benchmark` (the pipeline
 change, the resumable store and the evaluation loop).
 """

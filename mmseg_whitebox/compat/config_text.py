@@ -1,14 +1,21 @@
-"""A config's text formatted once per run, not once per request.
+"""The config-text fix of :mod:`mmseg_whitebox.compat`, applied by
+``runner_config`` for every run it configures (mmengine 0.10.7 and
+onedl-mmengine 0.10.12 with yapf 0.43 checked).
 
-mmengine formats a config's text with yapf every time ``Config.pretty_text``
-is read, and a training run reads it five times before its first
-checkpoint (the dumped config, the visualizer's copy, the logged
-environment, the message hub) and once more per checkpoint (its
-``meta.cfg``): the same text each time, about half a second to a second
-each on a 2-core CPU, 45% of a 2-iteration run (docs/benchmarks.md,
-"Config formatting"). :func:`format_config_text_once` memoizes yapf's
-``FormatCode`` where mmengine calls it, so each distinct text is
-formatted once and every output stays the same
+*What it patches.* yapf's ``FormatCode`` where mmengine's
+``Config.pretty_text`` finds it: yapf's module
+``yapf.yapflib.yapf_api`` (read at each call by onedl-mmengine) and
+``mmengine.config.config`` (mmengine 0.10.7 imports it there once).
+
+*Why.* mmengine formats a config's text with yapf every time
+``pretty_text`` is read, and a training run reads it five times before
+its first checkpoint (the dumped config, the visualizer's copy, the
+logged environment, the message hub) and once per checkpoint (its
+``meta.cfg``): the same text each time, 45% of a 2-iteration run on a
+2-core CPU (docs/benchmarks.md, "Config formatting").
+
+*What it does.* :func:`format_config_text_once` memoizes ``FormatCode``:
+each distinct text is formatted once, every output stays the same
 (``tests/test_config_text.py``).
 """
 from __future__ import annotations
@@ -48,10 +55,8 @@ def _memoized(format_code: Callable[..., Tuple[str, bool]]
 
 
 def format_config_text_once() -> None:
-    """Memoize ``FormatCode`` where mmengine's ``Config.pretty_text`` finds
-    it: yapf's module (read at each call by onedl's mmengine) and
-    mmengine's config module (imported once by mmengine 0.10.7). Safe to
-    call again."""
+    """Memoize ``FormatCode`` in yapf's module and mmengine's config
+    module (see the module docstring). Safe to call again."""
     import mmengine.config.config as config_module
     from yapf.yapflib import yapf_api
     for module in (yapf_api, config_module):

@@ -6,11 +6,10 @@ registries, so configs can say ``custom_imports=dict(imports=
 ['mmseg_whitebox'])`` and mmseg's own tools and APIs can use them, and
 adds this project's metafiles to the names ``MMSegInferencer`` resolves.
 """
-import torch
-
+from .utils.capabilities import TORCH_VERSION
 from .version import check_torch
 
-check_torch(torch.__version__)  # before anything touches torch's newer API
+check_torch(TORCH_VERSION)  # before anything touches torch's newer API
 
 from . import compat  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The package's version and the torch releases it runs on."""
-import re
+from mmseg_whitebox.utils.capabilities import release
 
 __version__ = '0.1.0'
 
@@ -11,8 +11,8 @@ MIN_TORCH = (2, 1)
 def check_torch(version: str) -> None:
     """Refuse a torch older than :data:`MIN_TORCH` at import, with what to
     do, instead of an AttributeError deep inside the first forward."""
-    found = re.match(r'(\d+)\.(\d+)', version)
-    if found and tuple(map(int, found.groups())) < MIN_TORCH:
+    found = release(version)
+    if found is not None and found < MIN_TORCH:
         need = '.'.join(map(str, MIN_TORCH))
         raise ImportError(
             f'mmseg_whitebox needs torch >= {need}, found torch {version}: '

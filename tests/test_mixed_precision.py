@@ -39,6 +39,7 @@ from mmengine.structures import PixelData
 
 from mmseg_whitebox.ops import (CBSA, ISTA, MHSA, MSSA, QKVCBSA, TSSA, MiTA,
                                 CrossMSSA, precision)
+from mmseg_whitebox.utils import capabilities
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.tool_error import ToolError
 
@@ -556,9 +557,9 @@ def test_autocast_query_on_every_torch(pre_2_4, monkeypatch):
     if pre_2_4:
         if not hasattr(torch, 'is_autocast_cpu_enabled'):
             pytest.skip('this torch no longer has the pre-2.4 queries')
-        monkeypatch.setattr(precision, 'DEVICE_TYPE_QUERIES', False)
+        monkeypatch.setattr(capabilities, 'AUTOCAST_DEVICE_QUERIES', False)
         warnings.filterwarnings('ignore', category=FutureWarning)
-    elif not precision.DEVICE_TYPE_QUERIES:
+    elif not capabilities.AUTOCAST_DEVICE_QUERIES:
         pytest.skip(f'torch {torch.__version__} has no get_autocast_dtype')
     assert precision.autocast_dtype('cpu') is None
     for dtype in (torch.bfloat16, torch.float16):

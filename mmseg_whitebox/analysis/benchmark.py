@@ -28,6 +28,7 @@ from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
 
 import torch
 
+from mmseg_whitebox.utils.capabilities import dynamo_recompile_limit_key
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .memory import available_memory, frozen_heap, proc_field
@@ -192,9 +193,7 @@ def recompile_limit() -> Any:
     """Room for every size's and mode's graph (:data:`RECOMPILE_LIMIT`;
     dynamo would run a function eagerly past its limit)."""
     import torch._dynamo.config as config
-    key = ('recompile_limit' if hasattr(config, 'recompile_limit') else
-           'cache_size_limit')  # torch < 2.6
-    return config.patch(**{key: RECOMPILE_LIMIT})
+    return config.patch(**{dynamo_recompile_limit_key(): RECOMPILE_LIMIT})
 
 
 def row_key(row: Dict) -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import inspect
 import json
 import logging
 import os
@@ -58,6 +57,7 @@ import torch.nn.functional as F
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.utils.atomic import (atomic_path, check_not_input,
                                          write_json)
+from mmseg_whitebox.utils.capabilities import onnx_dynamo_export
 from mmseg_whitebox.utils.checkpoint_checks import (check_checkpoint,
                                                     init_model)
 from mmseg_whitebox.utils.input_checks import (check_image_file,
@@ -120,7 +120,7 @@ def export_problem() -> Optional[str]:
     if missing:
         return (f'ONNX export needs {", ".join(missing)}: install the '
                 'deploy extra, pip install -c constraints.txt -e ".[deploy]"')
-    if 'dynamo' not in inspect.signature(torch.onnx.export).parameters:
+    if not onnx_dynamo_export():
         return (f'ONNX export needs torch >= 2.5 (torch.onnx.export(..., '
                 f'dynamo=True)), found torch {torch.__version__}: export '
                 'in an environment with a newer torch (the default stack '

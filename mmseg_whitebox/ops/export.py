@@ -9,13 +9,14 @@ from typing import Tuple
 
 import torch
 
+from mmseg_whitebox.utils.capabilities import (COMPILER_IS_COMPILING,
+                                               COMPILER_IS_EXPORTING)
+
 
 def exporting() -> bool:
     """Whether ``torch.export`` or an ONNX exporter records this call (not
     plain tracing: mmengine's FLOP count traces the default path)."""
-    is_exporting = getattr(getattr(torch, 'compiler', None), 'is_exporting',
-                           None)
-    return bool((is_exporting is not None and is_exporting())
+    return bool((COMPILER_IS_EXPORTING is not None and COMPILER_IS_EXPORTING())
                 or torch.onnx.is_in_onnx_export())
 
 
@@ -23,11 +24,9 @@ def compiling() -> bool:
     """Whether ``torch.compile`` (dynamo) traces this call: then the eager
     path's hand-made memory savings, which dynamo cannot trace and the
     compiler makes itself, give way to the plain operation."""
-    is_compiling = getattr(getattr(torch, 'compiler', None), 'is_compiling',
-                           None)  # torch >= 2.3; torch._dynamo's before
-    if is_compiling is None:
-        is_compiling = torch._dynamo.is_compiling
-    return bool(is_compiling())
+    if COMPILER_IS_COMPILING is not None:
+        return bool(COMPILER_IS_COMPILING())
+    return bool(torch._dynamo.is_compiling())  # torch < 2.3
 
 
 def pooling_weights(size: int, out: int, like: torch.Tensor) -> torch.Tensor:

@@ -51,10 +51,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-
-#: torch >= 2.4: ``is_autocast_enabled(device_type)`` and
-#: ``get_autocast_dtype(device_type)``
-DEVICE_TYPE_QUERIES = hasattr(torch, 'get_autocast_dtype')
+from mmseg_whitebox.utils import capabilities
 
 
 def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
@@ -63,7 +60,7 @@ def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
     torch 2.4 took a device type in ``is_autocast_enabled`` and added
     ``get_autocast_dtype``; torch 2.1-2.3 have one function pair for CUDA
     and one for the CPU (and deprecate nothing)."""
-    if DEVICE_TYPE_QUERIES:
+    if capabilities.AUTOCAST_DEVICE_QUERIES:
         if not torch.is_autocast_enabled(device_type):
             return None
         return torch.get_autocast_dtype(device_type)
@@ -88,7 +85,7 @@ def autocast_problem(device_type: str, dtype: torch.dtype) -> Optional[str]:
             with torch.autocast(device_type, dtype=dtype):
                 pass
     except RuntimeError:
-        return (f'torch {torch.__version__} cannot autocast on '
+        return (f'torch {capabilities.TORCH_VERSION} cannot autocast on '
                 f'{device_type} in {str(dtype).rpartition(".")[2]} '
                 '(CPU float16 autocast needs a newer torch than 2.1; the '
                 'default stack\'s 2.13 has it): use bfloat16 there')

@@ -39,30 +39,27 @@ from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 
 from mmseg_whitebox.compat import decompose_as_newer_torch
+from mmseg_whitebox.utils.capabilities import (
+    COMPILES_CAPTURED_SCALARS, DDP_GRAPH_SPLIT_TAKES_SUBMODULES)
 
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
 #: dynamo's settings while a compiled method traces: the loss's count of
-#: non-ignored pixels (``.item()``) captured, not a graph break. Not on
-#: torch 2.1 (the legacy stack), whose inductor cannot compile a captured
-#: scalar (C++ error: "'i3' was not declared"): there the count stays a
-#: break. Checked on 2.1 and 2.13; the versions between are taken as the
-#: newer, from 2.4 (the first with ``torch.get_autocast_dtype``)
+#: non-ignored pixels (``.item()``) captured, not a graph break; where
+#: inductor cannot compile a captured scalar (torch 2.1, the legacy stack:
+#: ``COMPILES_CAPTURED_SCALARS`` of :mod:`mmseg_whitebox.utils.capabilities`)
+#: the count stays a break
 DYNAMO_OPTIONS = (dict(capture_scalar_outputs=True)
-                  if hasattr(torch, 'get_autocast_dtype') else {})
+                  if COMPILES_CAPTURED_SCALARS else {})
 #: dynamo's settings under DDP: a call compiled inside DDP's forward (the
 #: loss, as mmengine's DDP wrapper runs it) is split at DDP's gradient
 #: bucket boundaries (dynamo's DDPOptimizer), so that the all-reduce of a
-#: bucket overlaps the rest of the backward. torch 2.1's splitter takes
-#: every attribute the graph reads for a tensor and fails on a submodule
-#: (``AttributeError: 'Dropout' object has no attribute
-#: 'requires_grad'``: mmcv's ``MultiheadAttention`` in mmseg's ViT, read
-#: through mmengine's ``deprecated_api_warning``); torch 2.13's checks for
-#: a parameter. On 2.1 the compiled calls therefore run with
-#: ``optimize_ddp=False``: one graph, whose gradients DDP all-reduces
-#: once the compiled backward has made them (no overlap); the same
-#: versions as :data:`DYNAMO_OPTIONS`
-DDP_OPTIONS = ({} if hasattr(torch, 'get_autocast_dtype')
+#: bucket overlaps the rest of the backward. Where the splitter fails on
+#: mmseg's ViT (torch 2.1: ``DDP_GRAPH_SPLIT_TAKES_SUBMODULES`` of
+#: :mod:`mmseg_whitebox.utils.capabilities`) the compiled calls run with
+#: ``optimize_ddp=False``: one graph, whose gradients DDP all-reduces once
+#: the compiled backward has made them (no overlap)
+DDP_OPTIONS = ({} if DDP_GRAPH_SPLIT_TAKES_SUBMODULES
                else dict(optimize_ddp=False))
 
 

@@ -58,16 +58,16 @@ def unfixed(tmp_path_factory):
     report = json.loads(out.read_text())
     # nothing of the package ran but the compat package the probe loads
     # itself, after the no-fix probes, and the utils it builds on (error
-    # classes, atomic writes; under bare namespaces: no other package
-    # __init__ ran)
+    # classes, atomic writes, the device names; under bare namespaces: no
+    # other package __init__ ran)
     assert report['mmseg_whitebox modules'] == ['mmseg_whitebox'] + [
         f'mmseg_whitebox.compat{module}' for module in (
             '', '.argparse_errors', '.checkpoint_hook', '.checkpoints',
-            '.compile', '.config_text', '.dataloader', '.distributions',
-            '.imagecorruptions', '.import_shims',
+            '.compile', '.config_text', '.dataloader', '.devices',
+            '.distributions', '.imagecorruptions', '.import_shims',
             '.model_index', '.modules', '.package_configs', '.resume')] + [
         'mmseg_whitebox.utils', 'mmseg_whitebox.utils.atomic',
-        'mmseg_whitebox.utils.tool_error']
+        'mmseg_whitebox.utils.device', 'mmseg_whitebox.utils.tool_error']
     return report
 
 

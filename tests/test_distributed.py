@@ -22,10 +22,11 @@ from mmengine.config import Config
 
 from _helpers import (DEMO_SEGMENTER, REPO, run_in_session,
                       run_tool, small_run_options)
-from mmseg_whitebox.utils.device import cuda_hidden, resolve_device
+from mmseg_whitebox.compat import cuda_hidden
+from mmseg_whitebox.engine.runner_config import run_device
+from mmseg_whitebox.utils.device import resolve_device
 from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
-                                              free_port, run_device,
-                                              setup_distributed)
+                                              free_port, setup_distributed)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 pytestmark = [

@@ -53,11 +53,6 @@ _ONNX = ('export_friendly gives the exported model\'s mmseg modules '
          'export-friendly methods for the export and removes them after; '
          'it moves to compat once the onnx_export split (#54 item 7) has '
          'landed')
-_DEVICE = ('cuda_hidden hides the GPUs from a --device cpu run (torch.cuda, '
-           'mmengine\'s DEVICE); it moves to compat once the device work '
-           'of #54 item 5 (utils/device.py, utils/distributed.py and the '
-           'callers of run_device, which then moves above compat) has '
-           'landed')
 _ARGPARSE_ACTION = ('argparse\'s Action protocol: an action stores its '
                     'value on the namespace argparse hands it')
 #: (file or folder, statement's first line) -> why it stays outside compat
@@ -79,11 +74,6 @@ ALLOWED: Dict[tuple, str] = {
     ('deployment/onnx_export',
      'setattr(module, name, types.MethodType(function, module))'): _ONNX,
     ('deployment/onnx_export', 'delattr(module, name)'): _ONNX,
-    ('utils/device.py', 'torch.cuda.is_available, torch.cuda.device_count'
-     ' = _no_cuda, _no_devices'): _DEVICE,
-    ('utils/device.py', "engine.DEVICE = 'cpu'"): _DEVICE,
-    ('utils/device.py', '(torch.cuda.is_available, torch.cuda.device_count,'):
-        _DEVICE,
     ('engine/hooks/rng_state_hook.py',
      "if not getattr(runner, '_resume', False) or not saved:"): _LEAD,
 }
@@ -431,6 +421,19 @@ def test_inductor_lacks_the_loss_decompositions_on_torch_2_1():
     if not lacking:
         assert added == []
     assert all(op in decompositions for op in ops)
+
+
+def test_mmengine_decides_its_device_once():
+    """Needs: mmengine's ``get_device`` answers the ``DEVICE`` it decided
+    on import, not what torch sees now. Fits: the names the fix replaces
+    are there (the fix in use: tests/test_distributed.py,
+    ``test_cpu_run_hides_the_gpus_and_restores_them``)."""
+    import mmengine.device.utils as engine
+    from mmengine.device import get_device
+    assert inspect.getsource(get_device).rstrip().endswith('return DEVICE')
+    assert get_device() == engine.DEVICE
+    assert callable(torch.cuda.is_available)
+    assert callable(torch.cuda.device_count)
 
 
 def test_a_module_copy_shares_its_children():

@@ -19,8 +19,8 @@ from mmseg_whitebox.engine.config_checks import (check_tta,
                                                  num_classes_problem)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook, NonFiniteCounter
 from mmseg_whitebox.engine.pretrained import reported_errors
-from mmseg_whitebox.engine.runner_config import build_test_runner
-from mmseg_whitebox.utils.distributed import run_device
+from mmseg_whitebox.engine.runner_config import (build_test_runner,
+                                                 run_device)
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -47,7 +47,7 @@ def evaluate_checkpoint(cfg: Any,
     NaN/Inf weights, instead of refusing it; ``device``: ``'cuda'`` or
     ``'cpu'`` (default: the GPU when one is visible, else the CPU for one
     process; a launched run without a GPU needs ``'cpu'``, see
-    :func:`~mmseg_whitebox.utils.distributed.run_device`). Warnings (a
+    :func:`~mmseg_whitebox.engine.runner_config.run_device`). Warnings (a
     one-class head, non-finite images) go to stderr, before and again
     after mmengine's output.
 

@@ -23,9 +23,9 @@ from mmseg_whitebox.engine.hooks import (LAST_CHECKPOINT, NonFiniteCounter,
                                          ResumeCheckHook)
 from mmseg_whitebox.engine.pretrained import (fetch_pretrained_weights,
                                               reported_errors)
+from mmseg_whitebox.engine.runner_config import run_device
 from mmseg_whitebox.utils.amp import amp_device_problem, enable_amp
 from mmseg_whitebox.utils.atomic import stale_temporaries
-from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.downloads import fetch_checkpoint
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 from mmseg_whitebox.utils.run_lock import lock_folder
@@ -47,8 +47,8 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
     ``base_batch_size`` (the released world batch), as mmseg's
     ``--auto-scale-lr``; ``device``: ``'cuda'`` or ``'cpu'`` (default: the
     GPU when one is visible, else the CPU for one process; a launched run
-    without a GPU needs ``'cpu'``, see :func:`~mmseg_whitebox.utils.
-    distributed.run_device`). Returns the counter of the non-finite values
+    without a GPU needs ``'cpu'``, see :func:`~mmseg_whitebox.engine.
+    runner_config.run_device`). Returns the counter of the non-finite values
     the run met (its ``summary()`` is the warning the tool prints).
 
     Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a

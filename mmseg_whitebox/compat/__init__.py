@@ -18,8 +18,8 @@ and the code that uses it applies them: :mod:`.checkpoint_hook`
 workers stopped), :mod:`.config_text` (yapf's formatting memoized),
 :mod:`.argparse_errors` (usage errors recorded), :mod:`.model_index`
 (model names of this project's metafiles), :mod:`.compile` (torch 2.1's
-inductor decompositions), :mod:`.modules` (a module view with its own
-children) and :mod:`.imagecorruptions` (the corruptions library on
+inductor decompositions), :mod:`.devices` (GPUs hidden from a CPU run),
+:mod:`.modules` (a module view with its own children) and :mod:`.imagecorruptions` (the corruptions library on
 current NumPy, scikit-image and setuptools).
 
 A script that imports torchvision, timm or ``mmseg.apis`` before this
@@ -41,6 +41,7 @@ from .checkpoints import (WEIGHTS_ONLY_CONVERTER, WEIGHTS_ONLY_SCHEMES,
 from .compile import DECOMPOSED_OPS, decompose_as_newer_torch
 from .config_text import format_config_text_once
 from .dataloader import stop_persistent_workers
+from .devices import cuda_hidden
 from .distributions import STACKS, stack
 from .imagecorruptions import import_imagecorruptions
 from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
@@ -58,7 +59,7 @@ __all__ = [
     'COMPILED_MMCV_TEST_CLASSES', 'DECOMPOSED_OPS', 'LAST_CHECKPOINT',
     'MSDA_WARNING', 'ResumableDataIterator', 'STACKS', 'STATUS',
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
-    'add_scope_models', 'apply', 'decompose_as_newer_torch',
+    'add_scope_models', 'apply', 'cuda_hidden', 'decompose_as_newer_torch',
     'format_config_text_once', 'import_imagecorruptions', 'is_standin',
     'last_checkpoint_written_atomically', 'load_from_local_weights_only',
     'load_from_weights_only', 'mmcv_ops_standin_needed',

@@ -7,19 +7,22 @@ workers when the run ends and, for a config that sets ``compile``, the
 hook that compiles the segmentor; :func:`load_config` takes them from a
 tool's common options; and the one Runner that tests a checkpoint
 (:func:`build_test_runner`), for ``tools/test.py`` and the robustness
-tools alike."""
+tools alike; the device set-up of a run (:func:`run_device`)."""
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import os.path as osp
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from mmengine.config import Config
 
-from mmseg_whitebox.compat import format_config_text_once
+from mmseg_whitebox.compat import cuda_hidden, format_config_text_once
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
+from mmseg_whitebox.utils.device import resolve_device
+from mmseg_whitebox.utils.distributed import setup_distributed
 from mmseg_whitebox.utils.downloads import fetch_checkpoint
 from mmseg_whitebox.utils.input_checks import check_writable_folder
 
@@ -70,8 +73,7 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
     The work dir is chosen as in mmseg: ``work_dir``, else the config's
     ``work_dir``, else ``./work_dirs/<config name>``. ``launcher`` is
     recorded; the device and the distributed set-up are made by the
-    function that runs the config, within
-    :func:`mmseg_whitebox.utils.distributed.run_device` (training,
+    function that runs the config, within :func:`run_device` (training,
     testing, the noise sweep). The Runner formats the config's text once
     (:func:`~mmseg_whitebox.compat.format_config_text_once`);
     a config's second and later runs in a process get their own logger
@@ -168,3 +170,21 @@ def build_test_runner(cfg: Config, checkpoint: str,
     drop_training(cfg)
     check_data_roots(cfg, ('test_dataloader', ))
     return Runner.from_cfg(cfg)
+
+
+@contextlib.contextmanager
+def run_device(cfg: Any, device: Optional[str] = None) -> Iterator[str]:
+    """The device set-up of a training or test run of ``cfg`` (its
+    ``launcher`` set), for the block that runs it: the device decided
+    (:func:`~mmseg_whitebox.utils.device.resolve_device`: a
+    ``ToolError`` before any work when it cannot be had), the GPUs
+    hidden from this process for ``cpu``
+    (:func:`~mmseg_whitebox.compat.cuda_hidden`), then
+    :func:`~mmseg_whitebox.utils.distributed.setup_distributed`. Yields
+    ``'cuda'`` or ``'cpu'``."""
+    chosen = resolve_device(cfg.get('launcher', 'none'), device)
+    with contextlib.ExitStack() as stack:
+        if chosen == 'cpu':
+            stack.enter_context(cuda_hidden())
+        setup_distributed(cfg, chosen)
+        yield chosen

@@ -18,10 +18,9 @@ import os.path as osp
 from typing import Any, Callable, Dict, Optional
 
 from mmseg_whitebox.engine.runner_config import (build_test_runner,
-                                                 runner_config)
+                                                 run_device, runner_config)
 from mmseg_whitebox.engine.pretrained import reported_errors
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
-from mmseg_whitebox.utils.distributed import run_device
 from mmseg_whitebox.utils.tool_error import ToolError
 from .evaluation import RunnerEvaluation
 from .groups import group_selections
@@ -50,7 +49,7 @@ def run_noise_sweep(config: str,
     before a model is built, a target or layer the model does not have
     after. Any other error is raised as it is. On Ctrl-C, what is finished
     is plotted before the ``KeyboardInterrupt`` goes on. The device is
-    ``options.device`` (:func:`~mmseg_whitebox.utils.distributed.
+    ``options.device`` (:func:`~mmseg_whitebox.engine.runner_config.
     run_device`: a launched sweep without a GPU needs ``'cpu'``)."""
     options = options or NoiseSweepOptions()
     # the arguments' mistakes before the config is even read

@@ -11,22 +11,16 @@ processes. One process (``--launcher none``) keeps mmseg's rule: the GPU
 when there is one, else the CPU.
 
 ``device='cpu'`` on a machine with GPUs must really run on the CPU, but
-mmengine 0.10.7 decides its device once, when it is imported
-(``mmengine.device.utils.DEVICE``, from ``torch.cuda.is_available()``,
-after which torch has read ``CUDA_VISIBLE_DEVICES`` for good), and moves
-the model there. :func:`cuda_hidden` therefore hides the GPUs from this
-process for the duration of the run: ``torch.cuda.is_available()`` answers
-False, ``torch.cuda.device_count()`` 0, mmengine's device is ``cpu`` and
-``CUDA_VISIBLE_DEVICES`` is empty for the processes the run starts; all
-is restored afterwards. (The launch scripts set ``CUDA_VISIBLE_DEVICES=''``
-for ``--device cpu`` before Python starts, which hides them at the
-source.)
+mmengine decides its device once, when it is imported: the run hides the
+GPUs from this process while it runs
+(:func:`mmseg_whitebox.compat.cuda_hidden`). (The launch scripts set
+``CUDA_VISIBLE_DEVICES=''`` for ``--device cpu`` before Python starts,
+which hides them at the source.)
 """
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Iterator, Optional
+from typing import Optional
 
 from .tool_error import ToolError
 
@@ -90,37 +84,3 @@ def resolve_device(launcher: Optional[str], device: Optional[str]) -> str:
         f'({cuda_seen()}), and a launched run does not fall back to the '
         'CPU unasked. For CPU processes (gloo) pass --device cpu; for GPUs '
         f'{_cuda_advice()}')
-
-
-def _no_cuda() -> bool:
-    return False
-
-
-def _no_devices() -> int:
-    return 0
-
-
-@contextlib.contextmanager
-def cuda_hidden() -> Iterator[None]:
-    """Inside the block this process sees no GPU (see the module
-    docstring): for ``device='cpu'`` on a machine with GPUs. Nothing is
-    changed where torch sees no GPU anyway."""
-    import torch
-    if not torch.cuda.is_available():
-        yield
-        return
-    import mmengine.device.utils as engine
-    saved_env = os.environ.get(VISIBLE_DEVICES)
-    saved = (torch.cuda.is_available, torch.cuda.device_count, engine.DEVICE)
-    os.environ[VISIBLE_DEVICES] = ''
-    torch.cuda.is_available, torch.cuda.device_count = _no_cuda, _no_devices
-    engine.DEVICE = 'cpu'
-    try:
-        yield
-    finally:
-        (torch.cuda.is_available, torch.cuda.device_count,
-         engine.DEVICE) = saved
-        if saved_env is None:
-            os.environ.pop(VISIBLE_DEVICES, None)
-        else:
-            os.environ[VISIBLE_DEVICES] = saved_env

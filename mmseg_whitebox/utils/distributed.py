@@ -13,9 +13,9 @@ the settings the Runner reads: the ``gloo`` backend in
 (mmengine's wrapper with SyncBN layers, which torch runs on GPUs only,
 reverted to BN as mmengine does for one process),
 and the process group itself (the Runner only initialises one when none
-exists). For ``cuda`` nothing is changed. :func:`run_device` is the whole
-set-up of a run: the decision, the GPUs hidden for ``cpu``
-(:func:`~.device.cuda_hidden`), then :func:`setup_distributed`.
+exists). For ``cuda`` nothing is changed. The whole set-up of a run (the
+decision, the GPUs hidden for ``cpu``, then :func:`setup_distributed`) is
+:func:`mmseg_whitebox.engine.runner_config.run_device`.
 
 Under ``--launcher slurm`` with ``--device cpu``, the variables torchrun
 would set are first derived from the ones ``srun`` sets for every task
@@ -24,14 +24,13 @@ same gloo path serves both launchers.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import socket
 import subprocess
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
-from .device import cuda_hidden, resolve_device
+from .device import resolve_device
 from .tool_error import ToolError
 
 #: what torchrun (``python -m torch.distributed.run``) sets for every process
@@ -202,19 +201,3 @@ def setup_distributed(cfg: Any, device: Optional[str] = None
         kwargs.pop('init_backend', None)
         dist.init_process_group(backend='gloo', **kwargs)
     return 'gloo'
-
-
-@contextlib.contextmanager
-def run_device(cfg: Any, device: Optional[str] = None) -> Iterator[str]:
-    """The device set-up of a training or test run of ``cfg`` (its
-    ``launcher`` set), for the block that runs it: the device decided
-    (:func:`~.device.resolve_device`: a :class:`ToolError` before any work
-    when it cannot be had), the GPUs hidden from this process for ``cpu``
-    (:func:`~.device.cuda_hidden`), then :func:`setup_distributed`.
-    Yields ``'cuda'`` or ``'cpu'``."""
-    chosen = resolve_device(cfg.get('launcher', 'none'), device)
-    with contextlib.ExitStack() as stack:
-        if chosen == 'cpu':
-            stack.enter_context(cuda_hidden())
-        setup_distributed(cfg, chosen)
-        yield chosen

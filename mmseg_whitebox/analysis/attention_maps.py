@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from mmseg_whitebox.ops import CBSA
 from mmseg_whitebox.utils.atomic import save_figure
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.tool_error import InputError
 
 
@@ -31,7 +32,7 @@ class CBSAAttentionCapture:
 
     def __init__(self, model: torch.nn.Module,
                  scope: str = 'decode_head') -> None:
-        model = getattr(model, 'module', model)
+        model = unwrap_model(model)
         prefix = f'{scope}.' if scope else ''
         self.ops = {name: m for name, m in model.named_modules()
                     if isinstance(m, CBSA) and name.startswith(prefix)}

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.per_image import gather_images
 from .attention_registry import NORM_TYPES, AttentionEntry, attention_entry
 
@@ -74,11 +75,6 @@ class AttentionSite:
                 for n, p in self.attention.named_parameters()
                 if id(p) not in norms
                 and not any(re.search(x, n) for x in self.entry.exclude)]
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The model inside DDP/MMDistributedDataParallel wrappers."""
-    return getattr(model, 'module', model)
 
 
 def _in_scope(name: str, scope: str) -> bool:
@@ -253,9 +249,8 @@ class AttentionUsage(_UpdateHooks):
 
             self._hook(site, record)
         if self.model is not None:
-            module = getattr(self.model, 'module', self.model)
-            self._handles.append(
-                module.register_forward_hook(self._end_batch))
+            self._handles.append(unwrap_model(self.model)
+                                 .register_forward_hook(self._end_batch))
         return self
 
     def _end_batch(self, module: nn.Module, args: Any, output: Any) -> None:

@@ -28,8 +28,8 @@ import torch.nn as nn
 
 from mmseg_whitebox.models.attention_sites import (AttentionSite,
                                                    find_attention_sites,
-                                                   unregistered_attention,
-                                                   unwrap_model)
+                                                   unregistered_attention)
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.tool_error import InputError
 
 NAMED_TARGETS = ('decoder-attention', 'decoder', 'encoder-attention')

@@ -36,7 +36,7 @@ import torch.nn as nn
 
 from mmseg_whitebox.compat import module_view
 from mmseg_whitebox.engine.hooks import count_nonfinite
-from mmseg_whitebox.models.attention_sites import unwrap_model
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.logs import quiet_logging
 from mmseg_whitebox.utils.per_image import gather_images
 from .metrics import Metrics

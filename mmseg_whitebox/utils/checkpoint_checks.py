@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 from mmengine.logging import print_log
 
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.tool_error import InputError
 
 #: how many keys an error message lists
@@ -107,21 +108,13 @@ def state_dict_of(checkpoint: Mapping[str, Any]) -> Dict[str, Any]:
     return {re.sub(r'^module\.', '', k): v for k, v in state.items()}
 
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model the weights go into: mmengine's ``load_state_dict`` loads
-    into ``.module`` of DDP-like wrappers and of TTA models."""
-    from mmengine.model import BaseTTAModel, is_model_wrapper
-    while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
-        model = model.module
-    return model
-
-
 def compare_state_dict(
         model: torch.nn.Module, state_dict: Mapping[str, Any]
 ) -> Tuple[List[str], List[str], List[Tuple[str, tuple, tuple]]]:
     """``(missing, unexpected, mismatched)`` keys of ``state_dict`` for
     ``model``; mismatched as ``(key, checkpoint shape, model shape)``."""
-    own = _unwrap(model).state_dict()
+    # mmengine loads into the model inside wrappers and TTA models
+    own = unwrap_model(model).state_dict()
     # BatchNorm's step counter is absent from old checkpoints, harmlessly
     missing = [k for k in own if k not in state_dict
                and not k.endswith('num_batches_tracked')]

@@ -201,3 +201,13 @@ def setup_distributed(cfg: Any, device: Optional[str] = None
         kwargs.pop('init_backend', None)
         dist.init_process_group(backend='gloo', **kwargs)
     return 'gloo'
+
+
+def unwrap_model(model: Any) -> Any:
+    """The model inside its wrappers: mmengine's model wrappers (DDP and
+    the like, :func:`mmengine.model.is_model_wrapper`) and TTA models,
+    whose ``.module`` holds the segmentor."""
+    from mmengine.model import BaseTTAModel, is_model_wrapper
+    while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
+        model = model.module
+    return model

@@ -35,12 +35,12 @@ from typing import Any, Callable, Dict, List
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 
 from mmseg_whitebox.compat import decompose_as_newer_torch
 from mmseg_whitebox.utils.capabilities import (
     COMPILES_CAPTURED_SCALARS, DDP_GRAPH_SPLIT_TAKES_SUBMODULES)
+from mmseg_whitebox.utils.distributed import unwrap_model
 
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
@@ -98,8 +98,7 @@ def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
     label maps given one layout
     (:func:`_with_canonical_labels`)."""
     import torch._dynamo.config as dynamo_config
-    if is_model_wrapper(model):
-        model = model.module
+    model = unwrap_model(model)
     options = compile_options(compile_cfg)
     decompose_as_newer_torch()
     for name in COMPILED_METHODS:

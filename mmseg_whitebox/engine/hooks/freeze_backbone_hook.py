@@ -9,6 +9,7 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmseg.registry import HOOKS
 
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.tool_error import InputError
 
 #: the parameters frozen: the segmentor's ``backbone`` (its encoder)
@@ -54,9 +55,7 @@ class FreezeBackboneHook(Hook):
                 'backbone: its own freezing setting)')
 
     def before_train(self, runner: Any) -> None:
-        model = runner.model.module if is_model_wrapper(runner.model) \
-            else runner.model
-        frozen = freeze_backbone(model)
+        frozen = freeze_backbone(unwrap_model(runner.model))
         runner.logger.info(f'FreezeBackboneHook: {frozen} encoder '
                            'parameters frozen at their initialisation')
 

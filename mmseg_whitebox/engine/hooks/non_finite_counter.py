@@ -14,6 +14,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmseg.registry import HOOKS
 
+from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.per_image import gather_images
 
 #: how many image names a warning lists
@@ -96,8 +97,7 @@ class NonFiniteCounter(Hook):
         """Count (from zero) what ``model`` (or the module a wrapper holds)
         predicts in the block."""
         self.reset()
-        model = getattr(model, 'module', model)
-        handle = model.register_forward_hook(
+        handle = unwrap_model(model).register_forward_hook(
             lambda module, args, output: self.count(output))
         try:
             yield self

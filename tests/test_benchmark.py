@@ -300,7 +300,7 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
     # the smallest token grid CBSA's 10x10 representatives allow, and more
     proc = run_tool([BENCH, '--arch', 's', '--shapes', '160', '224',
                      '160x320', '--repeats', '2', '--warmup', '1',
-                     '--heads', 'segmenter', 'linear', 'cbsa',
+                     '--models', 'segmenter', 'linear', 'cbsa',
                      'cbsa-straightforward', 'tssa', '--out', str(out)])
     assert 'slopes of cost vs tokens' in proc.stdout
     assert 'forward latency / straightforward CBSA' in proc.stdout
@@ -332,7 +332,7 @@ def test_benchmark_tool_writes_table_plot_and_ratios(tmp_path):
 def test_benchmark_tool_rejects_bad_sizes_and_missing_configs(tmp_path):
     proc = run_tool([BENCH, '--shapes', '8x'], check=False)
     assert proc.returncode == 2 and 'give H (square) or HxW' in proc.stderr
-    proc = run_tool([BENCH, '--arch', 't', '--heads', 'linear',
+    proc = run_tool([BENCH, '--arch', 't', '--models', 'linear',
                      '--shapes', '64', '--out', str(tmp_path / 'x')],
                     check=False)
     assert proc.returncode == 2
@@ -364,7 +364,7 @@ ENCODER_BENCH = 'tools/analysis_tools/benchmark_encoders.py'
 
 def test_encoder_benchmark_writes_table_and_ratios(tmp_path):
     out = tmp_path / 'bench'
-    proc = run_tool([ENCODER_BENCH, '--arch', 't', '--encoders', 'vit',
+    proc = run_tool([ENCODER_BENCH, '--arch', 't', '--models', 'vit',
                      'cbt', 'cbsa-vit', 'mita', '--shapes', '256', '256x384',
                      '--flops-shapes', '256', '--repeats', '1', '--warmup',
                      '0', '--out', str(out)])
@@ -528,7 +528,7 @@ def test_decoder_benchmark_times_compiled_heads_beside_eager(tmp_path):
     in the same rounds; its compilation time and its ratios to itself
     eager (inductor: one forward graph)."""
     out = tmp_path / 'bench'
-    proc = run_tool([BENCH, '--arch', 't', '--shapes', '64', '--heads',
+    proc = run_tool([BENCH, '--arch', 't', '--shapes', '64', '--models',
                      'segmenter', '--compile', '--no-backward',
                      '--no-flops', '--repeats', '1', '--warmup', '0',
                      '--out', str(out)])

@@ -1,8 +1,10 @@
 """One flag vocabulary across every tool (docs/tools.md): each idea has one
 spelling, made by one builder of ``mmseg_whitebox.cli.options``. The
 tools' parsers are read in a subprocess (tests/_tool_parsers.py), so no
-tool is imported here."""
+tool is imported here; where a shared flag is declared is read from the
+source text of tools/ and mmseg_whitebox/."""
 import argparse
+import dataclasses
 import glob
 import json
 import os.path as osp
@@ -11,14 +13,21 @@ from typing import Any, Dict, List
 
 import pytest
 
-from mmseg_whitebox.cli.options import (ARCHS, add_amp_args, add_arch_arg,
-                                        add_data_root_arg, add_device_arg,
-                                        add_labels_arg, add_measurement_args,
-                                        add_memory_limit_arg,
+from mmseg_whitebox.apis.demo import DemoOptions
+from mmseg_whitebox.cli.options import (ARCHS, SHARED_FIELDS, add_amp_args,
+                                        add_arch_arg, add_data_root_arg,
+                                        add_json_arg, add_labels_arg,
+                                        add_launcher_args,
+                                        add_measurement_args,
+                                        add_memory_limit_arg, add_models_arg,
                                         add_num_images_arg, add_out_arg,
-                                        add_out_file_arg, add_shape_arg,
-                                        add_shapes_arg, add_threads_arg)
+                                        add_out_file_arg, add_seed_arg,
+                                        add_shape_arg, add_shapes_arg,
+                                        add_sigmas_arg, add_threads_arg,
+                                        add_title_arg, dataclass_flag)
 from mmseg_whitebox.commands import COMMANDS
+from mmseg_whitebox.robustness import NoiseSweepOptions
+from mmseg_whitebox.robustness.corruptions import CorruptionOptions
 from mmseg_whitebox.utils.amp import AMP_DTYPES
 
 from _helpers import REPO, run_tool
@@ -35,6 +44,7 @@ OTHER_SPELLINGS = {
     '--config': 'a positional CONFIG', '--checkpoint':
     'a positional CHECKPOINT', '--json-out': '--json', '--fp16': '--amp',
     '--bf16': '--amp --amp-dtype bfloat16', '--num-threads': '--threads',
+    '--heads': '--models', '--encoders': '--models',
 }
 #: flags that end like another spelling but mean something else
 ALLOWED = {'--work-dir', '--show-dir', '--out-file', '--out-config',
@@ -124,7 +134,6 @@ def vocabulary_parser() -> argparse.ArgumentParser:
     p.add_argument('checkpoint')
     add_out_arg(p, 'results')
     add_out_file_arg(p, 'one file')
-    add_device_arg(p)
     add_threads_arg(p)
     add_arch_arg(p)
     add_data_root_arg(p, 'data')
@@ -134,9 +143,14 @@ def vocabulary_parser() -> argparse.ArgumentParser:
     add_shape_arg(p, 'size')
     add_shapes_arg(p, 'sizes', flag='--check-shapes')
     add_labels_arg(p)
+    add_models_arg(p, ['a', 'b'], ['a'], 'models')
+    add_seed_arg(p, 'seed')
+    add_sigmas_arg(p, 'sigmas')
+    add_title_arg(p, 'title')
+    add_json_arg(p, 'report')
+    add_launcher_args(p)
     p.add_argument('--draws', type=int)
     p.add_argument('--label')
-    p.add_argument('--title')
     return p
 
 
@@ -167,6 +181,8 @@ def test_the_builders_make_the_vocabulary():
     ('--draws', {}, '--draws: takes int values'),
     ('--arch', dict(choices=['small', 'base']), '--arch: model sizes'),
     ('--title', dict(nargs='+'), '--title: one text'),
+    ('--heads', dict(nargs='+'), '--heads: spell it --models'),
+    ('--encoders', dict(nargs='+'), '--encoders: spell it --models'),
 ])
 def test_another_spelling_is_caught(flag, kwargs, words):
     """The check fails on each spelling the vocabulary replaced: the
@@ -188,3 +204,68 @@ def test_a_folder_positional_and_a_lone_amp_dtype_are_caught():
     assert violations(describe(parser)) == [
         '--amp and --amp-dtype come together (add_amp_args)',
         'positional out_dir: use --out DIR or --data-root DIR']
+
+
+# ------------------------------------------- shared ideas, declared once
+#: the flags several tools take, each declared by one builder of
+#: mmseg_whitebox/cli/options.py and nowhere else
+SHARED = ('--models', '--seed', '--title', '--sigmas', '--json', '--amp',
+          '--amp-dtype', '--device', '--launcher')
+OPTIONS_MODULE = osp.join('mmseg_whitebox', 'cli', 'options.py')
+#: a call whose first arguments are flags: add_argument('--seed', ...),
+#: add('-s', '--seed', ...)
+DECLARATION = re.compile(
+    r"""\w\(\s*(?:['"]-[\w-]*['"]\s*,\s*)*['"](--[\w-]+)['"]\s*[,)]""")
+#: the options dataclasses whose fields are flags (add_dataclass_args)
+OPTION_CLASSES = (NoiseSweepOptions, CorruptionOptions, DemoOptions)
+
+
+def declared(text: str, name: str) -> List[str]:
+    """``'name:line: --flag'`` for each shared flag the source ``text``
+    declares."""
+    return [f'{name}:{text[:m.start()].count(chr(10)) + 1}: {m.group(1)}'
+            for m in DECLARATION.finditer(text) if m.group(1) in SHARED]
+
+
+def source_files() -> List[str]:
+    """Every Python file of tools/ and mmseg_whitebox/ (relative)."""
+    return sorted(osp.relpath(p, REPO) for folder in ('tools',
+                                                      'mmseg_whitebox')
+                  for p in glob.glob(osp.join(REPO, folder, '**', '*.py'),
+                                     recursive=True))
+
+
+def test_each_shared_flag_is_declared_once_by_its_builder():
+    """Every tool and package parser takes ``--seed``, ``--device`` ...
+    from the builders of cli/options.py: the source of tools/ and
+    mmseg_whitebox/ declares each shared flag once, there, and an options
+    field named as one is made by its builder (SHARED_FIELDS)."""
+    found = []
+    for name in source_files():
+        with open(osp.join(REPO, name)) as f:
+            found += declared(f.read(), name)
+    outside = [d for d in found if not d.startswith(OPTIONS_MODULE + ':')]
+    assert outside == []
+    flags = [d.rsplit(' ', 1)[1] for d in found]
+    assert sorted(flags) == sorted(SHARED), found
+    fields = [f'{cls.__name__}.{f.name}' for cls in OPTION_CLASSES
+              for f in dataclasses.fields(cls)
+              if 'help' in f.metadata and dataclass_flag(f) in SHARED
+              and f.name not in SHARED_FIELDS]
+    assert fields == []
+    used = set()
+    for name in source_files():
+        with open(osp.join(REPO, name)) as f:
+            used |= set(re.findall(r'add_dataclass_args\(\w+, (\w+)',
+                                   f.read()))
+    assert used == {cls.__name__ for cls in OPTION_CLASSES}
+
+
+def test_a_declaration_outside_the_builders_is_found():
+    text = ("p.add_argument('--title', help='x')\n"
+            "add('-s', '--seed', type=int)\n"
+            "p.add_argument(\n    '--launcher', choices=['none'])\n"
+            "raise InputError('--seed must be >= 0')\n"
+            "for flag in (('--models', names), ):\n")
+    assert declared(text, 'tool.py') == [
+        'tool.py:1: --title', 'tool.py:2: --seed', 'tool.py:3: --launcher']

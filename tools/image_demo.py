@@ -16,7 +16,7 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.image_demo import image_demo
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.cli.options import (add_device_arg, add_out_arg,
-                                        add_out_file_arg)
+                                        add_out_file_arg, add_title_arg)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -27,12 +27,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('checkpoint')
     add_out_file_arg(p, 'overlay file (a single image)')
     add_out_arg(p, 'folder for the overlays (<image name>.png each)')
-    add_device_arg(p, None, 'e.g. cpu or cuda:0 (default: cuda:0 if '
-                   'available)')
+    add_device_arg(p)
     p.add_argument('--opacity', type=float, default=0.5,
                    help='opacity of the painted prediction, in (0, 1] '
                    '(default 0.5)')
-    p.add_argument('--title', default='', help='name of the drawn image')
+    add_title_arg(p, 'name of the drawn image', default='')
     p.add_argument('--with-labels', action='store_true',
                    help='write class names on the segments')
     add_cfg_options_arg(p)

@@ -18,7 +18,7 @@ import sys
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.apis.training import train_model
 from mmseg_whitebox.cli import add_common_args, load_config, run_tool
-from mmseg_whitebox.utils.amp import AMP_DTYPES
+from mmseg_whitebox.cli.options import add_amp_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,16 +29,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         action='store_true',
         help='resume from the latest checkpoint in the work dir '
         '(or from load_from, if the config sets it)')
-    parser.add_argument(
-        '--amp',
-        action='store_true',
-        help='automatic mixed precision: float16 autocast with a dynamic '
-        'loss scale, as mmseg\'s --amp (needs a GPU)')
-    parser.add_argument(
-        '--amp-dtype',
-        choices=AMP_DTYPES,
-        help='the autocast dtype of --amp (implies it): float16 (default) '
-        'or bfloat16')
+    add_amp_args(parser, 'train', note=', with a dynamic loss scale as '
+                 'mmseg\'s --amp; needs a GPU')
     parser.add_argument(
         '--auto-scale-lr',
         action='store_true',

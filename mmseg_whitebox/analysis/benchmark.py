@@ -28,6 +28,7 @@ from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence,
 
 import torch
 
+from mmseg_whitebox.utils.device import auto_device
 from mmseg_whitebox.utils.capabilities import dynamo_recompile_limit_key
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
@@ -276,13 +277,14 @@ def project_configs() -> str:
     return osp.join(root, 'configs')
 
 
-def prepare_run(device_name: str, threads: Optional[int],
+def prepare_run(device_name: Optional[str], threads: Optional[int],
                 memory_limit_gb: Optional[float]
                 ) -> Tuple[torch.device, Optional[int]]:
-    """The device (:class:`InputError` if CUDA is asked for and missing), the
-    CPU threads set, and the memory budget in bytes (``memory_limit_gb``,
-    else 80% of what is available now)."""
-    device = torch.device(device_name)
+    """The device (None: :func:`~mmseg_whitebox.utils.device.auto_device`;
+    :class:`InputError` if CUDA is asked for and missing), the CPU threads
+    set, and the memory budget in bytes (``memory_limit_gb``, else 80% of
+    what is available now)."""
+    device = torch.device(auto_device(device_name))
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise InputError('--device cuda, but torch sees no CUDA device')
     if threads:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import os.path as osp
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from mmseg_whitebox.engine.config_checks import check_data_roots
 from mmseg_whitebox.utils.atomic import save_figure, write_csv, write_json
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
+from mmseg_whitebox.utils.device import auto_device
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
 from .coding_rate import CompressionProbe
@@ -23,14 +24,15 @@ from .coding_rate import CompressionProbe
 
 def coding_rate_report(cfg: Any, checkpoint: str, out: str,
                        num_images: int = 50, eps: float = 0.1,
-                       maps: int = 2, device: str = 'cpu',
+                       maps: int = 2, device: Optional[str] = None,
                        title: str = '') -> Dict[str, Any]:
     """Measure the model of ``cfg`` (an mmengine ``Config``) with the
     weights of ``checkpoint`` on its first ``num_images`` test images and
     write ``out/coding_rate.{json,csv,png}``; for a CBSA head, also the
     extraction maps of the first ``maps`` test images
-    (``out/extraction_<image>_layer<i>.png``). Returns ``rows`` (one per
-    layer), ``images`` (how many were measured) and ``files`` (written)."""
+    (``out/extraction_<image>_layer<i>.png``), on ``device`` (None: cuda
+    when torch sees a GPU, else cpu). Returns ``rows`` (one per layer),
+    ``images`` (how many were measured) and ``files`` (written)."""
     import torch
     from mmengine.runner import Runner
     from mmseg.apis import init_model
@@ -38,7 +40,7 @@ def coding_rate_report(cfg: Any, checkpoint: str, out: str,
     check_checkpoint(checkpoint)
     check_data_roots(cfg, ('test_dataloader', ))
     with lock_folder(out, '--out'):  # one run writes there at a time
-        model = init_model(cfg, checkpoint, device=device)
+        model = init_model(cfg, checkpoint, device=auto_device(device))
         probe = CompressionProbe(model, eps)
         cfg.test_dataloader.batch_size = 1
         loader = Runner.build_dataloader(cfg.test_dataloader)

@@ -260,24 +260,25 @@ BENCHMARK = Benchmark(
 
 # ------------------------------------------------------------------- a run
 def run_decoder_benchmark(out: str,
-                          heads: Sequence[str],
+                          models: Sequence[str],
                           sizes: Sequence[Tuple[int, int]],
                           encoder: str = 's',
                           options: Optional[BenchmarkOptions] = None,
-                          device: str = 'cpu',
+                          device: Optional[str] = None,
                           threads: Optional[int] = None,
                           memory_limit_gb: Optional[float] = None,
                           config_root: Optional[str] = None) -> Dict:
-    """What ``tools/analysis_tools/benchmark_decoders.py`` does: ``heads``
-    (names of :data:`HEAD_CONFIGS`) on ViT-``encoder`` features at every
-    image size of ``sizes``, written to ``out`` (``benchmark.json``,
+    """What ``tools/analysis_tools/benchmark_decoders.py`` does: the heads
+    ``models`` (names of :data:`HEAD_CONFIGS`) on ViT-``encoder`` features
+    at every image size of ``sizes``, on ``device`` (None: cuda when torch
+    sees a GPU, else cpu), written to ``out`` (``benchmark.json``,
     ``.md``, ``.png``). Returns the report: the machine, ``results`` (a
     row per head and size, with the ratios) and ``slopes`` (fitted
     exponents of cost against tokens)."""
     options = options or BenchmarkOptions()
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)
-    built, info = build_heads(list(heads), encoder, torch_device,
+    built, info = build_heads(list(models), encoder, torch_device,
                               options.seed,
                               config_root or project_configs())
     benchmark = BENCHMARK.with_compiled(

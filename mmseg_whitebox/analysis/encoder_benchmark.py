@@ -138,34 +138,34 @@ SLOPE_KEYS = ('enc_fwd_ms', 'seg_fwd_ms', 'enc_train_ms', 'enc_mem_fwd')
 
 
 def run_encoder_benchmark(out: str,
-                          encoders: Sequence[str],
+                          models: Sequence[str],
                           sizes: Sequence[Tuple[int, int]],
                           size: str = 's',
                           flops_sizes: Sequence[Tuple[int, int]] = (
                               (512, 512), ),
                           options: Optional[BenchmarkOptions] = None,
-                          device: str = 'cpu',
+                          device: Optional[str] = None,
                           threads: Optional[int] = None,
                           memory_limit_gb: Optional[float] = None,
                           config_root: Optional[str] = None) -> Dict:
     """What ``tools/analysis_tools/benchmark_encoders.py`` does: the
-    ``encoders`` (names of :data:`ENCODER_CONFIGS`) of model ``size`` at
-    every image size of ``sizes`` (FLOPs at ``flops_sizes``), written to
+    encoders ``models`` (names of :data:`ENCODER_CONFIGS`) of model
+    ``size`` at every image size of ``sizes`` (FLOPs at ``flops_sizes``),
+    on ``device`` (None: cuda when torch sees a GPU, else cpu), written to
     ``out`` (``benchmark.json``, ``.md``, ``.png``). Returns the report:
     the machine, ``results`` (a row per encoder and size, with the ratios
     to ViT) and ``slopes``."""
     options = options or BenchmarkOptions()
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)
-    models = build_segmentors(list(encoders), size, torch_device,
-                              options.seed,
-                              config_root or project_configs())
+    built = build_segmentors(list(models), size, torch_device,
+                             options.seed, config_root or project_configs())
     with start_report(out, torch_device, f'size {size.upper()}',
                       options.amp) as facts:
         history: Dict[str, List[Dict]] = {}
         return BENCHMARK.run(
             out, sizes, lambda image_size: measure_size(
-                models, image_size, options, torch_device, history,
+                built, image_size, options, torch_device, history,
                 memory_limit, image_size in flops_sizes),
             options, torch_device,
             dict(machine=facts, size=size, amp=options.amp),

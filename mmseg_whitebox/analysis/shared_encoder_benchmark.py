@@ -39,7 +39,8 @@ class SharedSweepOptions:
     settings: int = 20
     max_heads: Optional[int] = None
     target: str = 'decoder-attention'
-    device: str = 'cpu'
+    #: None: cuda when torch sees a GPU, else cpu (``auto_device``)
+    device: Optional[str] = None
     threads: Optional[int] = None
     data_dir: Optional[str] = None
     cfg_options: Optional[Dict[str, Any]] = None

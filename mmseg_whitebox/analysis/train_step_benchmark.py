@@ -209,7 +209,7 @@ def run_train_step_benchmark(out: str,
                              with_cp: bool = False,
                              banded_loss: Optional[int] = None,
                              options: Optional[BenchmarkOptions] = None,
-                             device: str = 'cpu',
+                             device: Optional[str] = None,
                              threads: Optional[int] = None,
                              memory_limit_gb: Optional[float] = None,
                              config_root: Optional[str] = None) -> Dict:

@@ -19,17 +19,13 @@ from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.utils.atomic import atomic_path
 from mmseg_whitebox.utils.checkpoint_checks import (check_checkpoint,
                                                     init_model)
+from mmseg_whitebox.utils.device import auto_device
 from mmseg_whitebox.utils.input_checks import check_device, check_image_file
 from mmseg_whitebox.visualization.images import (check_opacity, list_images,
                                                  lock_outputs, output_paths)
 from mmseg_whitebox.visualization.overlay import (dataset_meta,
                                                   new_visualizer)
 from mmseg_whitebox.utils.tool_error import ToolError
-
-def default_device() -> str:
-    """``cuda:0`` when torch sees a GPU, else ``cpu``."""
-    import torch
-    return 'cuda:0' if torch.cuda.is_available() else 'cpu'
 
 
 def overlay_images(model, images: Sequence[str], outputs: Sequence[str],
@@ -83,7 +79,7 @@ def image_demo(source: str, config: str, checkpoint: str,
     with lock_outputs(out_file, out_dir):  # one run paints there at a time
         # mmseg's init_model, refusing a checkpoint that does not fit
         model = init_model(cfg, checkpoint,
-                           device=device or default_device())
+                           device=auto_device(device))
         written = overlay_images(model, images, outputs, opacity=opacity,
                                  title=title, with_labels=with_labels,
                                  progress=progress)

@@ -1,14 +1,12 @@
 """The options the tools share, declared once: mmseg's ``--work-dir``,
 ``--cfg-options``, ``--launcher``, ``--device`` (checked against this
-machine as it is parsed) and the checkpoint checks' ``--allow-*``
-flags, the project's vocabulary for everything else (``--out DIR``,
-``--out-file FILE``, ``--shape H [W]`` and ``--shapes``,
-``--arch``, ``--amp`` with ``--amp-dtype``, ``--memory-limit-gb``,
-``--data-root``, ``--num-images``, ``--threads``, the benchmarks' timing
-options; the table is docs/tools.md), the parser every tool builds from
-its docstring, and the flags of a package function's options dataclass
-(:func:`add_dataclass_args`), so that an option is declared in one place:
-its builder here, or its field."""
+machine as it is parsed) and the checkpoint checks' ``--allow-*`` flags,
+the project's vocabulary for the rest (``--out DIR``, ``--json FILE``,
+``--shape(s)``, ``--arch``, ``--models``, ``--amp``, ``--seed``,
+``--sigmas``, ``--title`` ...: the table is docs/tools.md), the parser
+every tool builds from its docstring, and the flags of a package
+function's options dataclass (:func:`add_dataclass_args`), so that an
+option is declared in one place: its builder here, or its field."""
 from __future__ import annotations
 
 import argparse
@@ -49,8 +47,7 @@ class CfgOptionsAction(DictAction):
 class DeviceAction(argparse.Action):
     """``--device``: a device this machine has
     (:func:`~mmseg_whitebox.utils.input_checks.check_device`), refused as
-    an argparse error when it is given; a tool's default is its own
-    (e.g. ``cuda`` for a GPU report, checked where the tool needs it).
+    an argparse error when given (a default is the tool's to check);
     ``remedy``: what to do instead, where not ``--device cpu``."""
 
     def __init__(self, *args: Any, remedy: Optional[str] = None,
@@ -72,18 +69,22 @@ class DeviceAction(argparse.Action):
 
 
 def add_device_arg(parser: argparse.ArgumentParser,
-                   default: Optional[str] = 'cpu',
+                   default: Optional[str] = None,
                    help: Optional[str] = None,
                    choices: Optional[Sequence[str]] = None,
                    remedy: Optional[str] = None) -> None:
     """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``;
     ``choices``: the ones a tool takes), for every tool that has one
     (:class:`DeviceAction`; ``remedy``: its advice for a device this
-    machine lacks, where ``--device cpu`` is not the answer)."""
+    machine lacks, where ``--device cpu`` is not the answer). The default
+    None is every tool's rule (:func:`~mmseg_whitebox.utils.device.
+    auto_device`: cuda when torch sees a GPU, else cpu); a GPU check gives
+    ``'cuda'`` and says so in ``help``."""
     parser.add_argument(
         '--device', default=default, action=DeviceAction,
         choices=list(choices) if choices else None, remedy=remedy,
-        help=help or f'cpu, cuda or cuda:N (default: {default})')
+        help=help or 'cpu, cuda or cuda:N (default: cuda when torch sees a '
+        'GPU, else cpu)')
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:
@@ -123,28 +124,33 @@ def add_checkpoint_check_args(parser: argparse.ArgumentParser,
         'it')
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--device``
+def add_launcher_args(parser: argparse.ArgumentParser) -> None:
+    """``--launcher``, ``--device``
     (:data:`~mmseg_whitebox.utils.device.RUN_DEVICES`; decided by
-    :func:`~mmseg_whitebox.utils.device.resolve_device` when not given),
-    ``--local-rank``."""
-    parser.add_argument(
-        '--work-dir',
-        help='folder for logs, checkpoints and results '
-        '(default: ./work_dirs/<config name>)')
-    add_cfg_options_arg(parser)
+    :func:`~mmseg_whitebox.utils.device.resolve_device` when not given)
+    and ``--local-rank``: the flags of a run the Runner may distribute."""
     parser.add_argument(
         '--launcher',
         choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none',
         help='job launcher for distributed runs (dist_*.sh use pytorch)')
     add_device_arg(
-        parser, None, choices=RUN_DEVICES,
+        parser, choices=RUN_DEVICES,
         help='where the run goes (default: cuda when available, else cpu; '
         'with a launcher and no visible GPU the run stops unless --device '
         'cpu asks for CPU processes, which use gloo)')
     # torch.distributed launchers pass --local-rank (or --local_rank)
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--work-dir``, ``--cfg-options`` and :func:`add_launcher_args`."""
+    parser.add_argument(
+        '--work-dir',
+        help='folder for logs, checkpoints and results '
+        '(default: ./work_dirs/<config name>)')
+    add_cfg_options_arg(parser)
+    add_launcher_args(parser)
 
 
 #: the argparse settings a field's ``metadata`` may give besides ``help``
@@ -183,7 +189,10 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type,
     """One flag per field of the options dataclass ``cls`` that carries its
     help, ``field(metadata=dict(help=...))``; a field without help (a
     library-only setting, or a flag the tools share, e.g. those of
-    :func:`add_common_args`) and those in ``exclude`` get none.
+    :func:`add_common_args`) and those in ``exclude`` get none; a field
+    named as a shared flag (:data:`SHARED_FIELDS`: ``seed``, ``sigmas``,
+    ``models`` ...) gets its builder's flag with the field's help, default
+    and ``choices``.
 
     The flag is :func:`dataclass_flag`: a ``bool`` field is a switch
     (``--name`` sets True; ``--no-name`` sets False where the default is
@@ -197,15 +206,20 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type,
         meta = field.metadata
         if field.name in exclude or 'help' not in meta:
             continue
+        default = (field.default_factory() if field.default is
+                   dataclasses.MISSING else field.default)
+        if field.name in SHARED_FIELDS:  # declared by the shared builder
+            SHARED_FIELDS[field.name](
+                parser, help=meta['help'], default=default,
+                **{k: meta[k] for k in ('choices', ) if k in meta})
+            continue
         kwargs = dict(dest=field.name, help=meta['help'])
         value_type, sequence = _value_type(hints[field.name])
         if value_type is bool and not sequence:
             kwargs['action'] = ('store_false' if field.default is True else
                                 'store_true')
         else:
-            kwargs['default'] = (field.default_factory()
-                                 if field.default is dataclasses.MISSING
-                                 else field.default)
+            kwargs['default'] = default
             if value_type is not None and value_type is not str:
                 kwargs['type'] = value_type
             if sequence:
@@ -285,14 +299,55 @@ def add_memory_limit_arg(parser: argparse.ArgumentParser,
                         help=help)
 
 
-def add_amp_args(parser: argparse.ArgumentParser, what: str) -> None:
+def add_models_arg(parser: argparse.ArgumentParser,
+                   choices: Sequence[str], default: Sequence[str],
+                   help: str) -> None:
+    """``--models NAME [NAME ...]``: which models a tool runs, among
+    ``choices``."""
+    parser.add_argument('--models', nargs='+', choices=list(choices),
+                        default=default, help=help)
+
+
+def add_seed_arg(parser: argparse.ArgumentParser, help: str,
+                 default: int = 0) -> None:
+    """``--seed N``: the base seed (of random weights, inputs, draws)."""
+    parser.add_argument('--seed', type=int, metavar='N', default=default,
+                        help=help)
+
+
+def add_sigmas_arg(parser: argparse.ArgumentParser, help: str,
+                   default: Optional[Sequence[float]] = None) -> None:
+    """``--sigmas S [S ...]``: noise standard deviations."""
+    parser.add_argument('--sigmas', type=float, nargs='+', default=default,
+                        help=help)
+
+
+def add_title_arg(parser: argparse.ArgumentParser, help: str,
+                  default: Optional[str] = None) -> None:
+    """``--title TEXT``: one title (a plot's, a table's, an image's)."""
+    parser.add_argument('--title', default=default, help=help)
+
+
+def add_json_arg(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--json FILE``: also write the printed report as JSON."""
+    parser.add_argument('--json', metavar='FILE', help=help)
+
+
+#: options-dataclass fields that are shared flags -> their builders
+#: (:func:`add_dataclass_args`)
+SHARED_FIELDS = dict(models=add_models_arg, seed=add_seed_arg,
+                     sigmas=add_sigmas_arg, title=add_title_arg)
+
+
+def add_amp_args(parser: argparse.ArgumentParser, what: str,
+                 note: str = '') -> None:
     """``--amp`` (a switch) and ``--amp-dtype {float16,bfloat16}`` (implies
-    ``--amp``); ``what``: what runs under autocast. Read both with
-    :func:`amp_dtype`."""
+    ``--amp``); ``what``: what runs under autocast, ``note``: more for the
+    help. Read both with :func:`amp_dtype`."""
     parser.add_argument(
         '--amp', action='store_true',
         help=f'{what} under automatic mixed precision (float16 autocast '
-        'unless --amp-dtype says otherwise)')
+        f'unless --amp-dtype says otherwise{note})')
     parser.add_argument(
         '--amp-dtype', choices=AMP_DTYPES,
         help='the autocast dtype of --amp (implies it): float16 (default) '
@@ -400,6 +455,16 @@ def add_shapes_arg(parser: argparse.ArgumentParser, help: str,
                      else ''))
 
 
+def add_timing_args(parser: argparse.ArgumentParser, repeats: int,
+                    warmup: int) -> None:
+    """``--repeats`` and ``--warmup`` (:func:`check_measurement_args`)."""
+    parser.add_argument('--repeats', type=int, default=repeats,
+                        help='timed calls per measurement, median reported '
+                        f'(default: {repeats})')
+    parser.add_argument('--warmup', type=int, default=warmup,
+                        help=f'untimed calls first (default: {warmup})')
+
+
 def add_measurement_args(parser: argparse.ArgumentParser, what: str,
                          repeats: int, warmup: int,
                          max_seconds: float) -> None:
@@ -408,23 +473,18 @@ def add_measurement_args(parser: argparse.ArgumentParser, what: str,
     with :func:`check_measurement_args`."""
     add_device_arg(parser)
     add_threads_arg(parser)
-    add = parser.add_argument
-    add('--repeats', type=int, default=repeats,
-        help=f'timed calls per measurement, median reported (default: '
-        f'{repeats})')
-    add('--warmup', type=int, default=warmup,
-        help=f'untimed calls first (default: {warmup})')
-    add('--max-seconds', type=float, default=max_seconds,
+    add_timing_args(parser, repeats, warmup)
+    parser.add_argument(
+        '--max-seconds', type=float, default=max_seconds,
         help=f'stop timing one of the {what} after this many seconds (at '
         f'least 3 calls; default: {max_seconds:g})')
-    add('--no-backward', action='store_true',
-        help='skip the forward+backward measurements')
+    parser.add_argument('--no-backward', action='store_true',
+                        help='skip the forward+backward measurements')
     add_amp_args(parser, 'run the models')
     add_memory_limit_arg(
         parser, 'skip runs predicted to need more (default: 80%% of the '
         'memory available at the start)')
-    add('--seed', type=int, default=0, help='seed of the random weights '
-        'and inputs (default 0)')
+    add_seed_arg(parser, 'seed of the random weights and inputs (default 0)')
 
 
 def check_measurement_args(parser: argparse.ArgumentParser,

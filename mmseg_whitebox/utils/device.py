@@ -55,16 +55,26 @@ def _cuda_advice() -> str:
             f'{VISIBLE_DEVICES}')
 
 
+def auto_device(device: Optional[str] = None) -> str:
+    """``device``, or when it is None the rule of every tool's
+    ``--device``: ``'cuda'`` when torch sees a GPU, else ``'cpu'``
+    (:func:`resolve_device` adds a launched run's refusal)."""
+    if device is not None:
+        return device
+    import torch
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
 def resolve_device(launcher: Optional[str], device: Optional[str]) -> str:
     """The device of a run started with ``launcher`` (``'none'``,
     ``'pytorch'``, ``'slurm'``, ``'mpi'``) when the user asked for
     ``device`` (``'cuda'``, ``'cpu'`` or None for the default).
 
     ``'cpu'`` is always granted. ``'cuda'`` needs a visible CUDA device.
-    None is ``'cuda'`` when one is visible; otherwise ``'cpu'`` for one
-    process, and for a launched run a :class:`ToolError` saying what torch
-    sees and what to do, so that no launched run falls back to the CPU
-    unasked."""
+    None is :func:`auto_device`'s choice (``'cuda'`` when one is visible,
+    else ``'cpu'``) for one process; for a launched run without a GPU it is
+    a :class:`ToolError` saying what torch sees and what to do, so that no
+    launched run falls back to the CPU unasked."""
     if device not in (None, ) + RUN_DEVICES:
         raise ToolError(f'--device must be one of {", ".join(RUN_DEVICES)}, '
                         f'got {device!r}')

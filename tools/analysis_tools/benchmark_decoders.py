@@ -1,8 +1,8 @@
 """Benchmark decode heads side by side on the same encoder features.
 
     python tools/analysis_tools/benchmark_decoders.py [--arch s] \
-        [--heads segmenter linear mssa mssa-ca tssa cbsa cbsa-rigorous \
-                 cbsa-straightforward] \
+        [--models segmenter linear mssa mssa-ca tssa cbsa cbsa-rigorous \
+                  cbsa-straightforward] \
         [--shapes 512 768 1024 1536 2048 512x1024] [--device cpu|cuda] \
         [--threads N] [--repeats 10] [--max-seconds 30] [--no-backward] \
         [--amp [--amp-dtype float16|bfloat16]] [--compile] \
@@ -37,9 +37,9 @@ from mmseg_whitebox.analysis import decoder_benchmark as bench
 from mmseg_whitebox.analysis.report import compiled_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.cli.options import (add_arch_arg, add_compile_arg,
-                                        add_measurement_args, add_out_arg,
-                                        add_shapes_arg, amp_dtype,
-                                        check_measurement_args)
+                                        add_measurement_args, add_models_arg,
+                                        add_out_arg, add_shapes_arg,
+                                        amp_dtype, check_measurement_args)
 
 DEFAULT_SIZES = ('512', '768', '1024', '1536', '2048', '512x1024')
 
@@ -48,8 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     add_arch_arg(p, help='ViT whose configs (feature width, head sizes) '
                  'are used')
-    p.add_argument('--heads', nargs='+', choices=list(bench.HEAD_CONFIGS),
-                   default=list(bench.HEAD_CONFIGS), help='heads to compare')
+    add_models_arg(p, bench.HEAD_CONFIGS, list(bench.HEAD_CONFIGS),
+                   'decode heads to compare')
     add_shapes_arg(p, 'image sizes, H or HxW', DEFAULT_SIZES, minimum=16)
     add_measurement_args(p, 'heads', repeats=10, warmup=2, max_seconds=30.0)
     p.add_argument('--no-flops', action='store_true',
@@ -87,7 +87,7 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 def main(argv=None) -> Dict:
     args = parse_args(argv)
     report = bench.run_decoder_benchmark(
-        args.out, args.heads, args.shapes, args.arch,
+        args.out, args.models, args.shapes, args.arch,
         common.BenchmarkOptions(
             repeats=args.repeats, warmup=args.warmup,
             max_seconds=args.max_seconds, backward=not args.no_backward,

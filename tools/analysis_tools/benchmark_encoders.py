@@ -2,7 +2,7 @@
 segmentor.
 
     python tools/analysis_tools/benchmark_encoders.py [--arch s] \
-        [--encoders vit crate tost cbt crate-cbt cbsa-vit] \
+        [--models vit crate tost cbt crate-cbt cbsa-vit] \
         [--shapes 512 1024 2048 512x1024] [--device cpu|cuda] \
         [--threads N] [--repeats 5] [--max-seconds 60] [--no-backward] \
         [--flops-shapes 512] [--amp [--amp-dtype float16|bfloat16]] \
@@ -27,8 +27,9 @@ from mmseg_whitebox.analysis import encoder_benchmark as bench
 from mmseg_whitebox.analysis.report import ratio_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.cli.options import (add_arch_arg, add_measurement_args,
-                                        add_out_arg, add_shapes_arg,
-                                        amp_dtype, check_measurement_args)
+                                        add_models_arg, add_out_arg,
+                                        add_shapes_arg, amp_dtype,
+                                        check_measurement_args)
 
 DEFAULT_SIZES = ('512', '1024', '2048', '512x1024')
 
@@ -36,10 +37,8 @@ DEFAULT_SIZES = ('512', '1024', '2048', '512x1024')
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     add_arch_arg(p, choices=('t', 's'))
-    p.add_argument('--encoders', nargs='+',
-                   choices=list(bench.ENCODER_CONFIGS),
-                   default=list(bench.ENCODER_CONFIGS),
-                   help='encoders to compare (vit: mmseg\'s, the reference)')
+    add_models_arg(p, bench.ENCODER_CONFIGS, list(bench.ENCODER_CONFIGS),
+                   'encoders to compare (vit: mmseg\'s, the reference)')
     add_shapes_arg(p, 'image sizes, H or HxW', DEFAULT_SIZES, minimum=16)
     add_shapes_arg(p, 'sizes at which FLOPs are counted (a traced forward '
                    'each; none: no FLOPs)', ('512', ), flag='--flops-shapes',
@@ -66,7 +65,7 @@ def print_summary(rows: List[Dict], fits: Dict) -> None:
 def main(argv=None) -> Dict:
     args = parse_args(argv)
     report = bench.run_encoder_benchmark(
-        args.out, args.encoders, args.shapes, args.arch, args.flops_shapes,
+        args.out, args.models, args.shapes, args.arch, args.flops_shapes,
         common.BenchmarkOptions(
             repeats=args.repeats, warmup=args.warmup,
             max_seconds=args.max_seconds, backward=not args.no_backward,

@@ -23,31 +23,27 @@ from mmseg_whitebox.apis import config_path
 from mmseg_whitebox.apis.demo_models import (DEMO_MODELS,
                                              MMSEG_ATTENTION_HEADS)
 from mmseg_whitebox.cli import run_tool, tool_parser
-from mmseg_whitebox.cli.options import (add_out_arg, add_shape_arg,
-                                        add_threads_arg)
+from mmseg_whitebox.cli.options import (add_models_arg, add_out_arg,
+                                        add_seed_arg, add_shape_arg,
+                                        add_threads_arg, add_timing_args,
+                                        check_measurement_args)
 from mmseg_whitebox.utils.tool_error import ToolError
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
-    p.add_argument('--models', nargs='+', choices=list(DEMO_MODELS),
-                   default=[name for name in DEMO_MODELS
-                            if name not in MMSEG_ATTENTION_HEADS],
-                   help='demo models to time (default: all but '
+    add_models_arg(p, DEMO_MODELS, [name for name in DEMO_MODELS
+                                    if name not in MMSEG_ATTENTION_HEADS],
+                   'demo models to time (default: all but '
                    f'{", ".join(MMSEG_ATTENTION_HEADS)})')
     add_shape_arg(p, 'the image predicted', default=(512, 683), minimum=16)
     add_threads_arg(p, 'CPU threads of torch and onnxruntime alike')
-    p.add_argument('--repeats', type=int, default=5,
-                   help='timed calls of each, median reported (default: 5)')
-    p.add_argument('--warmup', type=int, default=1,
-                   help='untimed calls first (default: 1)')
-    p.add_argument('--seed', type=int, default=0,
-                   help='seed of the random weights and image (default 0)')
+    add_timing_args(p, repeats=5, warmup=1)
+    add_seed_arg(p, 'seed of the random weights and image (default 0)')
     add_out_arg(p, 'output folder (default: work_dirs/benchmark_onnx)',
                 default='work_dirs/benchmark_onnx')
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0:
-        p.error('--repeats must be >= 1 and --warmup >= 0')
+    check_measurement_args(p, args)
     if args.threads is not None and args.threads < 1:
         p.error('--threads must be >= 1')
     return args

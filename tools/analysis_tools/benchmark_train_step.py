@@ -38,9 +38,9 @@ from mmseg_whitebox.analysis import train_step_benchmark as bench
 from mmseg_whitebox.analysis.report import compiled_lines, ratio_lines
 from mmseg_whitebox.cli import run_tool, tool_parser
 from mmseg_whitebox.cli.options import (add_arch_arg, add_compile_arg,
-                                        add_measurement_args, add_out_arg,
-                                        add_shapes_arg, amp_dtype,
-                                        check_measurement_args)
+                                        add_measurement_args, add_models_arg,
+                                        add_out_arg, add_shapes_arg,
+                                        amp_dtype, check_measurement_args)
 from mmseg_whitebox.models.losses import DEFAULT_BAND_ROWS
 
 DEFAULT_SIZES = ('512', '1024', '2048')
@@ -49,10 +49,8 @@ DEFAULT_SIZES = ('512', '1024', '2048')
 def parse_args(argv=None) -> argparse.Namespace:
     p = tool_parser(__doc__)
     add_arch_arg(p, choices=('t', 's'))
-    p.add_argument('--models', nargs='+', choices=list(bench.TRAIN_CONFIGS),
-                   default=list(bench.DEFAULT_MODELS),
-                   help=f'models to compare ({bench.REFERENCE}: the '
-                   'reference)')
+    add_models_arg(p, bench.TRAIN_CONFIGS, list(bench.DEFAULT_MODELS),
+                   f'models to compare ({bench.REFERENCE}: the reference)')
     add_shapes_arg(p, 'crop sizes, H or HxW', DEFAULT_SIZES, minimum=16)
     p.add_argument('--batch', type=int, default=2,
                    help='crops per step (default: 2)')

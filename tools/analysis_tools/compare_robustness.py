@@ -13,7 +13,8 @@ over the sigmas all sweeps share. Writes DIR/comparison.{md,csv,png}.
 import argparse
 
 from mmseg_whitebox.cli import run_tool, tool_parser
-from mmseg_whitebox.cli.options import add_labels_arg, add_out_arg
+from mmseg_whitebox.cli.options import (add_labels_arg, add_out_arg,
+                                        add_sigmas_arg, add_title_arg)
 from mmseg_whitebox.robustness.compare import compare_sweeps
 
 
@@ -23,10 +24,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_out_arg(p, 'folder for comparison.{md,csv,png} (default: '
                 'robustness_comparison)', default='robustness_comparison')
     add_labels_arg(p)
-    p.add_argument('--sigmas', type=float, nargs='+',
-                   help='per-sigma table columns (default: every sigma the '
+    add_sigmas_arg(p, 'per-sigma table columns (default: every sigma the '
                    'sweeps share)')
-    p.add_argument('--title', help='table and plot title')
+    add_title_arg(p, 'table and plot title')
     return p.parse_args(argv)
 
 

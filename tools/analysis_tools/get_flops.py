@@ -17,7 +17,7 @@ from mmseg_whitebox.analysis.model_complexity import (config_complexity,
                                                       default_shape)
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
-from mmseg_whitebox.cli.options import add_shape_arg
+from mmseg_whitebox.cli.options import add_json_arg, add_shape_arg
 from mmseg_whitebox.utils.atomic import write_json
 from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
@@ -29,8 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                   'default: the config\'s crop size)')
     p.add_argument('--depth', type=int, default=3,
                    help='module levels in the table (default 3)')
-    p.add_argument('--json', metavar='FILE',
-                   help='also write the totals to this file')
+    add_json_arg(p, 'also write the totals to this file')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 

@@ -22,8 +22,8 @@ import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.analysis.large_image_memory import \
     large_image_memory_report
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
-from mmseg_whitebox.cli.options import (add_memory_limit_arg, add_shape_arg,
-                                        add_threads_arg)
+from mmseg_whitebox.cli.options import (add_json_arg, add_memory_limit_arg,
+                                        add_shape_arg, add_threads_arg)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,8 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_shape_arg(p, 'the image both paths are also compared on',
                   default=(300, 420), flag='--agreement-shape')
     add_threads_arg(p, 'torch threads per process')
-    p.add_argument('--json', metavar='FILE',
-                   help='also write the results to this file')
+    add_json_arg(p, 'also write the results to this file')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 

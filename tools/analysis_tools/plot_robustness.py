@@ -14,7 +14,8 @@ well, see compare_robustness.py.
 import argparse
 
 from mmseg_whitebox.cli import run_tool, tool_parser
-from mmseg_whitebox.cli.options import add_labels_arg, add_out_file_arg
+from mmseg_whitebox.cli.options import (add_labels_arg, add_out_file_arg,
+                                        add_title_arg)
 from mmseg_whitebox.robustness.plotting import plot_folders
 from mmseg_whitebox.utils.tool_error import ToolError
 
@@ -25,7 +26,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_out_file_arg(p, 'PNG to write (default: robustness_compare.png)',
                      default='robustness_compare.png')
     add_labels_arg(p)
-    p.add_argument('--title', help='plot title')
+    add_title_arg(p, 'plot title')
     return p.parse_args(argv)
 
 

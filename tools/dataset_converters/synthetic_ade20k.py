@@ -13,7 +13,8 @@ import argparse
 import time
 
 from mmseg_whitebox.cli import run_tool, tool_parser
-from mmseg_whitebox.cli.options import add_data_root_arg, add_shape_arg
+from mmseg_whitebox.cli.options import (add_data_root_arg, add_seed_arg,
+                                        add_shape_arg)
 from mmseg_whitebox.datasets.synthetic_ade20k import (
     SyntheticADE20KSpec,
     VARIANTS,
@@ -40,7 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                   '--size-jitter smaller per side',
                   default=defaults.image_size)
     p.add_argument('--size-jitter', type=float, default=defaults.size_jitter)
-    p.add_argument('--seed', type=int, default=defaults.seed)
+    add_seed_arg(p, f'seed of the images (default {defaults.seed})',
+                 defaults.seed)
     p.add_argument('--overwrite', action='store_true',
                    help='replace a different synthetic dataset in '
                    'DATA_ROOT')

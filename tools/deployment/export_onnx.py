@@ -32,8 +32,8 @@ import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
-from mmseg_whitebox.cli.options import (add_out_file_arg, add_shape_arg,
-                                        add_shapes_arg)
+from mmseg_whitebox.cli.options import (add_json_arg, add_out_file_arg,
+                                        add_shape_arg, add_shapes_arg)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,8 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--check-image', metavar='IMAGE',
                    help='also compare OnnxSegmentor with inference_model '
                    'on this image (logits and argmax)')
-    p.add_argument('--json', metavar='FILE',
-                   help='also write the parity report here')
+    add_json_arg(p, 'also write the parity report here')
     add_cfg_options_arg(p)
     return p.parse_args(argv)
 

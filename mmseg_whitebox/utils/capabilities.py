@@ -55,6 +55,12 @@ COMPILES_CAPTURED_SCALARS: bool = TORCH_RELEASE >= (2, 4)
 #: 'requires_grad'``). Checked on 2.1 and 2.13; the releases between are
 #: taken as for :data:`COMPILES_CAPTURED_SCALARS`
 DDP_GRAPH_SPLIT_TAKES_SUBMODULES: bool = TORCH_RELEASE >= (2, 4)
+#: inductor's CPU code computes a backward pass right with one thread
+#: (``torch.get_num_threads() == 1``): not torch 2.1 (2.1.2: the demo CBSA
+#: model's gradients off by about their own size, its loss right; 2
+#: threads right), right on 2.13 (tests/test_compile.py). The releases
+#: between are taken as for :data:`COMPILES_CAPTURED_SCALARS`
+INDUCTOR_ONE_THREAD_GRADIENTS_RIGHT: bool = TORCH_RELEASE >= (2, 4)
 
 
 @functools.lru_cache(maxsize=None)

@@ -39,8 +39,10 @@ from mmseg.registry import HOOKS
 
 from mmseg_whitebox.compat import decompose_as_newer_torch
 from mmseg_whitebox.utils.capabilities import (
-    COMPILES_CAPTURED_SCALARS, DDP_GRAPH_SPLIT_TAKES_SUBMODULES)
+    COMPILES_CAPTURED_SCALARS, DDP_GRAPH_SPLIT_TAKES_SUBMODULES,
+    INDUCTOR_ONE_THREAD_GRADIENTS_RIGHT, TORCH_VERSION)
 from mmseg_whitebox.utils.distributed import unwrap_model
+from mmseg_whitebox.utils.tool_error import InputError
 
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
@@ -118,13 +120,33 @@ class CompileHook(Hook):
 
     priority = 'VERY_LOW'
 
+    def __init__(self) -> None:
+        self._options: Any = None  # the run's ``torch.compile`` arguments
+
     def before_run(self, runner: Any) -> None:
         compile_cfg = runner.cfg.get('compile', None)
         if not compile_cfg:
             return
+        self._options = compile_options(compile_cfg)
         compile_segmentor(runner.model, compile_cfg)
         runner.cfg.compile = False  # mmengine's train_step compilation
-        options = compile_options(compile_cfg) or 'defaults'
+        options = self._options or 'defaults'
         print_log(f'compiled the segmentor\'s loss and encode_decode '
                   f'(torch.compile, {options}); the first iterations '
                   'include the compilation', logger='current')
+
+    def before_train(self, runner: Any) -> None:
+        """Refuse, before anything is compiled, a training whose compiled
+        gradients this torch gets wrong (inductor on the CPU with one
+        thread: ``INDUCTOR_ONE_THREAD_GRADIENTS_RIGHT``)."""
+        if self._options is None or INDUCTOR_ONE_THREAD_GRADIENTS_RIGHT or \
+                self._options.get('backend', 'inductor') != 'inductor' or \
+                torch.get_num_threads() != 1:
+            return
+        if next(runner.model.parameters()).device.type == 'cpu':
+            raise InputError(
+                f'compile: torch {TORCH_VERSION}\'s inductor computes wrong '
+                'gradients on the CPU with one thread (OMP_NUM_THREADS=1 '
+                'or torch.set_num_threads(1)): train with 2 or more '
+                'threads, with compile=dict(backend=\'aot_eager\'), or on '
+                'torch >= 2.4')

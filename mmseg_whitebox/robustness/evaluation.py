@@ -15,8 +15,7 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.utils.logs import quiet_logging
-from .metrics import Metrics
-from .shared_encoder import SharedEncoderEvaluation
+from .shared_encoder import Metrics, SharedEncoderEvaluation
 
 
 class RunnerEvaluation:

@@ -1,4 +1,5 @@
-"""What must match for a results folder to be resumed.
+"""A results folder that a run fills and a later run resumes, and what
+must match for that.
 
 A sweep or benchmark records its setup in ``results.json``; ``--resume``
 continues it only with the same setup. The config is compared by what it
@@ -12,10 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os.path as osp
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from mmseg_whitebox.utils.atomic import read_json, write_json
+from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
+from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
 #: the setup key that holds the digest of the resolved config
 DIGEST_KEY = 'config_digest'
+#: the file of a results folder that holds everything
+RESULTS = 'results.json'
 
 
 def _plain(obj: Any) -> str:
@@ -75,3 +82,91 @@ def setup_differences(old: Dict[str, Any], new: Dict[str, Any],
         if not same:
             differences.append(f'{key}: {a!r} there, {b!r} now')
     return differences
+
+
+class ResultsFolder:
+    """The results of a sweep or benchmark: ``data``, saved to
+    ``<out_dir>/results.json`` (setup and everything done so far) with
+    every update, atomically, so an interrupted run loses at most the
+    evaluation in progress; the folder is locked while the store lives.
+    Without ``out_dir`` results are kept in memory only. A subclass names
+    :attr:`WHAT` (in messages), :attr:`MUST_MATCH` (the setup keys a
+    resumed folder must share; None: all) and :meth:`empty`, and writes
+    its other files in :meth:`save`."""
+
+    WHAT = 'run'
+    MUST_MATCH: Optional[Tuple[str, ...]] = None
+
+    def __init__(self, out_dir: Optional[str] = None,
+                 setup: Optional[Dict[str, Any]] = None,
+                 resume: bool = False) -> None:
+        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
+        self.out_dir = out_dir
+        self.json_path = osp.join(out_dir, RESULTS) if out_dir else None
+        setup = with_config_digest(setup or {}) if out_dir else setup or {}
+        setup = json.loads(json.dumps(setup))  # compared as stored
+        self.data = dict(self.empty(), setup=setup)
+        if self.json_path and osp.isfile(self.json_path):
+            data = read_json(self.json_path, f'results of a {self.WHAT}')
+            diff = setup_differences(data.get('setup', {}), setup,
+                                     self.MUST_MATCH)
+            if diff:
+                raise InputError(
+                    f'cannot resume {out_dir}: it was made with different '
+                    'settings (' + '; '.join(diff) + '); resume with those, '
+                    'or choose another output folder (--out)')
+            self.data = dict(self.empty(), **data)
+            self.data['setup'].update(setup)
+
+    @staticmethod
+    def empty() -> Dict[str, Any]:
+        """What the results hold before anything is evaluated."""
+        return dict(setup={})
+
+    @classmethod
+    def check_out_dir(cls, out_dir: Optional[str],
+                      resume: bool = False) -> Optional[RunLock]:
+        """Raise :class:`ToolError` if ``out_dir`` already holds results
+        and ``resume`` is off, or if it cannot be written or another run
+        writes there (checked by the constructor too; a tool calls it
+        before building a model); the folder's lock."""
+        if not out_dir:
+            return None
+        lock = lock_folder(out_dir)  # one writer
+        path = osp.join(out_dir, RESULTS)
+        if osp.isfile(path):
+            if not resume:
+                raise ToolError(
+                    f'{out_dir} already holds results of a {cls.WHAT}; '
+                    'pass --resume (resume=True) to continue them, or '
+                    'choose another output folder (--out)')
+            read_json(path, f'results of a {cls.WHAT}')  # readable?
+        return lock
+
+    @classmethod
+    def on_every_rank(cls, out_dir: Optional[str],
+                      setup: Optional[Dict[str, Any]] = None,
+                      resume: bool = False) -> 'ResultsFolder':
+        """The store of a (possibly distributed) run: rank 0 reads and
+        writes ``out_dir``; the other ranks get rank 0's results, so every
+        rank skips the same finished evaluations (each evaluation gathers
+        across ranks, and ranks that disagreed would mix results or hang),
+        and rank 0's refusal to resume is raised on every rank."""
+        from mmengine.dist import broadcast_object_list, is_main_process
+        store, error = cls(None, setup), None
+        if is_main_process():
+            try:
+                store = cls(out_dir, setup, resume)
+            except (ToolError, ValueError) as exc:
+                error = exc
+        shared = [error, store.data]
+        broadcast_object_list(shared)
+        if shared[0] is not None:
+            raise shared[0]
+        store.data = shared[1]
+        return store
+
+    def save(self) -> None:
+        """Rewrite ``results.json`` (a subclass: and its other files)."""
+        if self.json_path:
+            write_json(self.json_path, self.data)

@@ -28,8 +28,8 @@ from __future__ import annotations
 import copy
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
-from typing import (Any, Callable, Iterator, List, Optional, Sequence,
-                    Tuple)
+from typing import (Any, Callable, Dict, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 import torch
 import torch.nn as nn
@@ -39,9 +39,11 @@ from mmseg_whitebox.engine.hooks import count_nonfinite
 from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.logs import quiet_logging
 from mmseg_whitebox.utils.per_image import gather_images
-from .metrics import Metrics
 from .perturbation import ParameterNoise
 from .shared_inference import HeadInference, fast_path_unsupported
+
+#: what every evaluation of the robustness tools returns
+Metrics = Dict[str, float]
 
 
 @dataclass

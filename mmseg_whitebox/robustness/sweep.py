@@ -21,14 +21,11 @@ AUC, sigma_50) are written with every save.
 
 With a :class:`~.shared_encoder.SharedEncoderEvaluation` (``shared``) and
 every perturbed parameter in the decode head, the noise draws are
-evaluated ``max_heads`` at a time with one encoder pass each (identical
-results, saved per draw as before); otherwise, with a message, one at a
-time.
+evaluated ``max_heads`` at a time with one encoder pass each (the same
+results, saved per draw); otherwise, with a message, one at a time.
 """
 from __future__ import annotations
 
-import json
-import os
 import os.path as osp
 import statistics
 import time
@@ -39,19 +36,18 @@ import torch.nn as nn
 from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.models.attention_sites import (AttentionAblation,
                                                    AttentionUsage)
-from mmseg_whitebox.utils.atomic import read_json, write_csv, write_json
-from mmseg_whitebox.utils.input_checks import check_writable_folder
-from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
-from mmseg_whitebox.utils.tool_error import InputError, ToolError
-from .metrics import Evaluate
+from mmseg_whitebox.utils.atomic import write_csv, write_json
+from mmseg_whitebox.utils.tool_error import InputError
 from .perturbation import ParameterNoise
-from .resume import setup_differences, with_config_digest
+from .resume import ResultsFolder
 from .selection import Selection
-from .shared_encoder import NoiseSetting, SharedEncoderEvaluation
+from .shared_encoder import Metrics, NoiseSetting, SharedEncoderEvaluation
 from .summary import attention_unused, summarize_results, summary_rows
 from .sweep_options import NoiseSweepOptions
 
 METRICS = ('mIoU', 'aAcc', 'mAcc')
+#: what the sweep calls for the current metrics
+Evaluate = Callable[[], Metrics]
 #: said (and saved) when no selection covers a registered attention site
 NOT_MEASURED = ('attention removal and usage not measured: the selection '
                 'covers no registered attention site (docs/robustness.md, '
@@ -76,89 +72,21 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
     return out
 
 
-class ResultStore:
-    """``results.json`` (everything, draws included, and the summary of
+class ResultStore(ResultsFolder):
+    """A noise sweep's results (:class:`~.resume.ResultsFolder`):
+    ``results.json`` (everything, draws included, and the summary of
     :mod:`.summary` under ``'summary'``), ``results.csv`` (one row per
     finished point), ``summary.csv`` (one row per selection),
     ``attention_usage.{json,csv}`` and, when measured,
-    ``subspace_angles.{json,csv}`` in one folder, rewritten atomically
-    after every draw so an interrupted sweep loses at most the draw in
-    progress (the pass in progress of a shared-encoder sweep). Without
-    ``out_dir`` results are kept in memory only."""
+    ``subspace_angles.{json,csv}``, rewritten after every draw (the pass
+    in progress of a shared-encoder sweep)."""
 
-    def __init__(self, out_dir: Optional[str] = None,
-                 setup: Optional[Dict[str, Any]] = None,
-                 resume: bool = False) -> None:
-        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
-        self.out_dir = out_dir
-        self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
-        if out_dir:
-            setup = with_config_digest(setup or {})
-        setup = json.loads(json.dumps(setup or {}))  # compared as stored
-        if out_dir:
-            os.makedirs(out_dir, exist_ok=True)
-        if self.json_path and osp.isfile(self.json_path):
-            data = read_json(self.json_path, 'results of a noise sweep')
-            diff = setup_differences(data.get('setup', {}), setup)
-            if diff:
-                raise InputError(
-                    f'cannot resume {out_dir}: it was made with different '
-                    'settings (' + '; '.join(diff) + '); resume with those, '
-                    'or choose another output folder (--out)')
-            self.data = dict(self.empty(), **data)
-            self.data['setup'].update(setup)
-        else:
-            self.data = dict(self.empty(), setup=setup)
+    WHAT = 'noise sweep'
 
     @staticmethod
     def empty() -> Dict[str, Any]:
-        """What a sweep's results hold before anything is evaluated."""
         return dict(setup={}, clean=None, ablation={}, attention_usage=[],
                     points=[], partial={})
-
-    @classmethod
-    def on_every_rank(cls, out_dir: Optional[str],
-                      setup: Optional[Dict[str, Any]] = None,
-                      resume: bool = False) -> 'ResultStore':
-        """The store of a (possibly distributed) sweep: rank 0 reads and
-        writes ``out_dir``; the other ranks get rank 0's results, so every
-        rank skips the same finished evaluations (each evaluation gathers
-        across ranks, and ranks that disagreed would mix results or hang),
-        and rank 0's refusal to resume is raised on every rank."""
-        from mmengine.dist import broadcast_object_list, is_main_process
-        store, error = cls(None, setup), None
-        if is_main_process():
-            try:
-                store = cls(out_dir, setup, resume)
-            except (ToolError, ValueError) as exc:
-                error = exc
-        shared = [error, store.data]
-        broadcast_object_list(shared)
-        if shared[0] is not None:
-            raise shared[0]
-        store.data = shared[1]
-        return store
-
-    @staticmethod
-    def check_out_dir(out_dir: Optional[str],
-                      resume: bool = False) -> Optional[RunLock]:
-        """Raise :class:`ToolError` if ``out_dir`` already holds sweep
-        results and ``resume`` is off, a ``ToolError`` if it cannot be
-        written or another run writes there (checked by the constructor
-        too; a tool calls it before building a model); the folder's lock."""
-        lock = lock_folder(out_dir) if out_dir else None  # one writer
-        if (out_dir and not resume
-                and osp.isfile(osp.join(out_dir, 'results.json'))):
-            raise ToolError(
-                f'{out_dir} already holds sweep results; pass --resume '
-                '(resume=True) to continue them, or choose another output '
-                'folder')
-        if out_dir:
-            check_writable_folder(out_dir, '--out')
-            if resume and osp.isfile(osp.join(out_dir, 'results.json')):
-                read_json(osp.join(out_dir, 'results.json'),  # readable?
-                          'results of a noise sweep')
-        return lock
 
     # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:
@@ -207,7 +135,7 @@ class ResultStore:
         if self.out_dir is None:
             return
         self.data['summary'] = summarize_results(self.data)
-        write_json(self.json_path, self.data)
+        super().save()
         self._write_csv()
         setup = self.data['setup']
         summary = summary_rows(self.data['summary'],
@@ -293,10 +221,6 @@ class NoiseSweep:
                  shared: Optional[SharedEncoderEvaluation] = None,
                  log: Callable[[str], None] = print) -> None:
         options = options or NoiseSweepOptions()
-        if not isinstance(options, NoiseSweepOptions):  # the old signature
-            raise TypeError(
-                'NoiseSweep takes its sigmas, draws, mode, seed and ablation '
-                f'as NoiseSweepOptions(...), not a {type(options).__name__}')
         self.model = model
         self.evaluate = evaluate
         self.selections = list(selections)

@@ -2,8 +2,6 @@
 pipeline, the results store (resumable) and the evaluation loop."""
 from __future__ import annotations
 
-import json
-import os
 import os.path as osp
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -12,13 +10,10 @@ from mmseg_whitebox.engine.runner_config import (build_test_runner,
                                                  runner_config)
 from mmseg_whitebox.datasets.corruption_library import SEVERITIES
 from mmseg_whitebox.datasets.corruption_transform import ImageCorruption
-from mmseg_whitebox.utils.atomic import (read_json, write_csv, write_json,
-                                         write_text)
+from mmseg_whitebox.utils.atomic import write_csv, write_text
 from mmseg_whitebox.engine.config_checks import dataset_configs
-from mmseg_whitebox.utils.input_checks import check_writable_folder
-from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
-from mmseg_whitebox.utils.tool_error import InputError, ToolError
-from ..resume import setup_differences, with_config_digest
+from mmseg_whitebox.utils.tool_error import InputError
+from ..resume import ResultsFolder
 from .report import (corruption_summary, markdown_table, plot_corruptions,
                      table_rows)
 
@@ -94,64 +89,24 @@ def find_corruption_transforms(obj: Any) -> List[ImageCorruption]:
     return found
 
 
-class CorruptionStore:
-    """``results.json`` (setup, clean metrics, ``results[corruption]
+class CorruptionStore(ResultsFolder):
+    """A corruption benchmark's results (:class:`~..resume.ResultsFolder`):
+    ``results.json`` (setup, clean metrics, ``results[corruption]
     [severity]`` metrics, summary), ``results.csv`` (one row per
-    evaluation), ``table.md`` and ``table.csv`` (corruption x severity) in
-    one folder, rewritten atomically after every evaluation, so an
-    interrupted benchmark loses at most the evaluation in progress.
+    evaluation), ``table.md`` and ``table.csv`` (corruption x severity),
+    rewritten after every evaluation.
 
     ``setup`` keys in :attr:`MUST_MATCH` must equal those of a folder
     being resumed; the grid (corruptions, severities) may change, and the
     summary is over the grid asked for last.
     """
 
+    WHAT = 'corruption benchmark'
     MUST_MATCH = ('config', 'checkpoint', 'seed', 'cfg_options', 'metric')
 
-    def __init__(self, out_dir: Optional[str], setup: Dict[str, Any],
-                 resume: bool = False) -> None:
-        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
-        self.out_dir = out_dir
-        self.json_path = osp.join(out_dir, 'results.json') if out_dir else None
-        if out_dir:
-            os.makedirs(out_dir, exist_ok=True)
-        if out_dir:
-            setup = with_config_digest(setup)
-        setup = json.loads(json.dumps(setup))  # compared as stored
-        if self.json_path and osp.isfile(self.json_path):
-            data = read_json(self.json_path, 'results of a corruption '
-                             'benchmark')
-            diff = setup_differences(data.get('setup', {}), setup,
-                                     self.MUST_MATCH)
-            if diff:
-                raise InputError(
-                    f'cannot resume {out_dir}: it was made with different '
-                    'settings (' + '; '.join(diff) + ')')
-            data.setdefault('setup', {}).update(setup)
-            data.setdefault('clean', None)
-            data.setdefault('results', {})
-            self.data = data
-        else:
-            self.data = dict(setup=setup, clean=None, results={})
-
     @staticmethod
-    def check_out_dir(out_dir: Optional[str],
-                      resume: bool = False) -> Optional[RunLock]:
-        """Raise :class:`ToolError` if ``out_dir`` holds results and
-        ``resume`` is off, a ``ToolError`` if another run writes there (a
-        tool calls it before building a model); the folder's lock."""
-        lock = lock_folder(out_dir) if out_dir else None  # one writer
-        if (out_dir and not resume
-                and osp.isfile(osp.join(out_dir, 'results.json'))):
-            raise ToolError(
-                f'{out_dir} already holds corruption results; pass --resume '
-                'to continue them, or choose another output folder (--out)')
-        if out_dir:
-            check_writable_folder(out_dir, '--out')
-            if resume and osp.isfile(osp.join(out_dir, 'results.json')):
-                read_json(osp.join(out_dir, 'results.json'),  # readable?
-                          'results of a corruption benchmark')
-        return lock
+    def empty() -> Dict[str, Any]:
+        return dict(setup={}, clean=None, results={})
 
     @property
     def metric(self) -> str:
@@ -199,9 +154,9 @@ class CorruptionStore:
         self.data['summary'] = dict(
             summary, per_severity={str(s): v for s, v in
                                    summary['per_severity'].items()})
+        super().save()
         if self.out_dir is None:
             return
-        write_json(self.json_path, self.data)
         rows = []
         clean = self.data.get('clean')
         if clean:

@@ -146,7 +146,7 @@ def check_package_types(cfg: Any) -> None:
     whose classes differ without the package (mmseg's MaskFormerHead
     then takes no ``in_channels``)."""
     for top in cfg:
-        for key, node in _dicts(cfg[top], top):
+        for key, node in config_dicts(cfg[top], top):
             name = node.get('type')
             scope = name.split('.', 1)[0] if isinstance(name, str) else ''
             if scope not in OPTIONAL_PACKAGES or '.' not in name:
@@ -310,15 +310,15 @@ def check_model_types(cfg: Any) -> None:
 
 # -- the values --------------------------------------------------------------
 
-def _dicts(obj: Any, key: str) -> Iterator[Tuple[str, dict]]:
+def config_dicts(obj: Any, key: str) -> Iterator[Tuple[str, dict]]:
     """``(key, dict)`` of every dict nested in ``obj`` (lists included)."""
     if isinstance(obj, dict):
         yield key, obj
         for k, v in obj.items():
-            yield from _dicts(v, f'{key}.{k}')
+            yield from config_dicts(v, f'{key}.{k}')
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            yield from _dicts(v, f'{key}.{i}')
+            yield from config_dicts(v, f'{key}.{i}')
 
 
 def check_config_values(cfg: Any) -> None:
@@ -332,7 +332,7 @@ def check_config_values(cfg: Any) -> None:
             '(model=dict(type=...)): it is not '
             'a model config, or an _base_ file is missing; pass a config '
             'from configs/<model>/')
-    for key, node in _dicts(model, 'model'):
+    for key, node in config_dicts(model, 'model'):
         for name in POSITIVE_MODEL_KEYS:
             value = node.get(name, None)
             if value is None:  # not set, or the module's default

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import os
 import os.path as osp
-import shutil
+import socket
 import sys
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Callable, Optional
 
-from mmseg_whitebox.utils.atomic import atomic_path
 from mmseg_whitebox.utils.tool_error import ToolError
 
 #: the seconds a download may wait for the server at each step
@@ -113,9 +111,14 @@ def fetch_url(url: str,
 
 
 def _download(url: str, path: str) -> None:
-    """Copy ``url`` to ``path``, which exists only once complete."""
+    """Copy ``url`` to ``path`` with torch's downloader (``path`` exists
+    only once complete), each step waiting :data:`DOWNLOAD_TIMEOUT`
+    seconds at most for the server (torch's sets no limit)."""
+    import torch
     print(f'downloading {url} to {path}', file=sys.stderr)
-    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
-        with atomic_path(path) as tmp:
-            with open(tmp, 'wb') as f:
-                shutil.copyfileobj(response, f)
+    timeout = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT)
+    try:
+        torch.hub.download_url_to_file(url, path, progress=False)
+    finally:
+        socket.setdefaulttimeout(timeout)

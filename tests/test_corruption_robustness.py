@@ -330,3 +330,18 @@ def test_tool_bad_input(tiny_ade, checkpoint, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match='^boom$') as raised:
         run(out=str(tmp_path / 'bug'))
     assert type(raised.value) is ValueError
+
+
+def test_a_launched_benchmark_without_a_gpu_needs_device_cpu(checkpoint,
+                                                             tmp_path,
+                                                             monkeypatch):
+    """--launcher and --device are the noise sweep's (run_device): a
+    launched benchmark where torch sees no GPU stops before any model is
+    built, unless --device cpu asks for CPU processes."""
+    monkeypatch.setattr('torch.cuda.is_available', lambda: False)
+    with pytest.raises(ToolError, match='--launcher pytorch without '
+                       '--device: no CUDA device is visible'):
+        run_corruption_benchmark(CONFIG, checkpoint, CorruptionOptions(
+            corruptions=['fog'], out=str(tmp_path / 'out'),
+            launcher='pytorch'))
+    assert not (tmp_path / 'out' / 'results.json').exists()

@@ -11,9 +11,9 @@ import json
 import math
 import os
 import os.path as osp
-import signal
 import subprocess
 import sys
+from typing import List, Tuple
 
 import pytest
 import torch
@@ -24,7 +24,7 @@ from _helpers import (DEMO_SEGMENTER, REPO, run_in_session,
                       run_tool, small_run_options)
 from mmseg_whitebox.compat import cuda_hidden
 from mmseg_whitebox.engine.runner_config import run_device
-from mmseg_whitebox.utils.device import resolve_device
+from mmseg_whitebox.utils.device import auto_device, resolve_device
 from mmseg_whitebox.utils.distributed import (cpu_model_wrapper_cfg,
                                               free_port, setup_distributed)
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -273,6 +273,9 @@ def test_device_decision(monkeypatch, launcher, device, cuda):
     monkeypatch.setattr('torch.cuda.is_available', lambda: cuda)
     monkeypatch.setattr('torch.cuda.device_count', lambda: int(cuda))
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    # every tool's default (auto_device); a launched run adds its refusal
+    assert auto_device() == ('cuda' if cuda else 'cpu')
+    assert auto_device('cuda:1') == 'cuda:1'
     expected = {
         'cpu': 'cpu',
         'cuda': 'cuda' if cuda else None,
@@ -490,6 +493,28 @@ def _same_results(one, two, path='results') -> None:
         assert one == two, (path, one, two)
 
 
+def _one_and_two_processes(args: List[str], options: List[str],
+                           tmp_path) -> Tuple[dict, dict]:
+    """The ``results.json`` of tool ``args`` (with ``options`` last) run
+    once under torchrun with ``--launcher pytorch --device cpu`` on NPROC
+    CPU processes, once as one process on one thread (as torchrun gives
+    each of its processes: float sums then round alike)."""
+    out, one = tmp_path / 'two', tmp_path / 'one'
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES='', PYTHONUNBUFFERED='1',
+               PYTHONPATH=REPO)
+    status, log = run_in_session(torchrun_command(
+        *args, '--out', str(out), '--work-dir', str(tmp_path / 'work'),
+        '--launcher', 'pytorch', '--device', 'cpu', *options), env, 240)
+    assert status == 0, log[-6000:]
+    run_tool(args + ['--out', str(one), '--work-dir',
+                     str(tmp_path / 'work1')] + options,
+             env=dict(OMP_NUM_THREADS='1'))
+    with open(out / 'results.json') as f:
+        results = json.load(f)
+    with open(one / 'results.json') as f:
+        return results, json.load(f)
+
+
 @pytest.mark.slow
 def test_noise_tool_under_torchrun(dist_trained, tmp_path):
     """tools/noise_robustness.py --launcher pytorch on 2 CPU processes
@@ -499,37 +524,30 @@ def test_noise_tool_under_torchrun(dist_trained, tmp_path):
     usage) count each image once; sigma 1e38 makes every logit
     non-finite."""
     opts = small_run_options(dist_trained['data_root'], iters=2)
-    sweep = ['--sigmas', '0.1', '1e38', '--draws', '1', '--cfg-options',
-             *opts]
-    args = ['tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt']]
-    out, one = tmp_path / 'sweep', tmp_path / 'one'
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES='', PYTHONUNBUFFERED='1',
-               PYTHONPATH=REPO)
-    cmd = torchrun_command(
-        *args, '--out', str(out), '--work-dir', str(tmp_path / 'work'),
-        '--launcher', 'pytorch', '--device', 'cpu', *sweep)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        raise AssertionError(f'noise sweep timed out:\n{log[-4000:]}')
-    assert proc.returncode == 0, log[-6000:]
-    # one thread, as torchrun gives each of its processes: float sums
-    # then round alike
-    run_tool(args + ['--out', str(one), '--work-dir',
-                     str(tmp_path / 'work1')] + sweep,
-             env=dict(OMP_NUM_THREADS='1'))
-    with open(out / 'results.json') as f:
-        results = json.load(f)
-    with open(one / 'results.json') as f:
-        single = json.load(f)
+    results, single = _one_and_two_processes(
+        ['tools/noise_robustness.py', DEMO_SEGMENTER, dist_trained['ckpt']],
+        ['--sigmas', '0.1', '1e38', '--draws', '1', '--cfg-options', *opts],
+        tmp_path)
     assert results['clean'] and results['points']
     usage = results['attention_usage']
     assert usage and all(row['images'] == 3 for row in usage), usage
     [huge] = [p for p in results['points'] if p['sigma'] == 1e38]
     assert huge['nonfinite_fraction'] == 1.0
+    _same_results(single, results)
+
+
+@pytest.mark.slow
+def test_corruption_tool_under_torchrun(dist_trained, tmp_path):
+    """tools/analysis_tools/test_corruption_robustness.py takes the noise
+    sweep's --launcher and --device: on 2 CPU processes (3 test images, one
+    padded on rank 1) it writes the results of one process, every field of
+    results.json equal but the wall times."""
+    opts = small_run_options(dist_trained['data_root'], iters=2)
+    results, single = _one_and_two_processes(
+        ['tools/analysis_tools/test_corruption_robustness.py',
+         DEMO_SEGMENTER, dist_trained['ckpt']],
+        ['--corruptions', 'gaussian_noise', 'contrast', '--severities', '2',
+         '--cfg-options', *opts], tmp_path)
+    assert results['clean'] and results['summary']['complete']
+    assert set(results['results']) == {'gaussian_noise', 'contrast'}
     _same_results(single, results)

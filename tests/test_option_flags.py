@@ -9,13 +9,15 @@ from typing import List, Optional, Sequence
 import pytest
 
 from mmseg_whitebox.cli import add_dataclass_args, options_from_args
-from mmseg_whitebox.cli.options import dataclass_flag
+from mmseg_whitebox.cli.options import (add_models_arg, add_seed_arg,
+                                        dataclass_flag)
 from mmseg_whitebox.cli.robustness_parsers import (corruption_benchmark_parser,
                                                    noise_sweep_parser)
 from mmseg_whitebox.robustness import NoiseSweepOptions
 from mmseg_whitebox.robustness.corruptions import CorruptionOptions
 
 from _helpers import REPO
+from _tool_parsers import describe
 
 
 @dataclasses.dataclass
@@ -59,11 +61,35 @@ def test_a_dataclass_becomes_flags_and_comes_back():
         'help', 'sizes', 'count', 'names', 'checks'}
 
 
+@dataclasses.dataclass
+class Shared:
+    seed: int = dataclasses.field(default=3, metadata=dict(help='a seed'))
+    models: Sequence[str] = dataclasses.field(default=('a', ), metadata=dict(
+        help='which', choices=('a', 'b')))
+
+
+def test_a_field_named_as_a_shared_flag_is_made_by_its_builder():
+    """``seed``, ``models`` ... (SHARED_FIELDS): the builder's flag, with
+    the field's help, default and choices."""
+    parser = argparse.ArgumentParser()
+    add_dataclass_args(parser, Shared)
+    reference = argparse.ArgumentParser()
+    add_seed_arg(reference, 'a seed', 3)
+    add_models_arg(reference, ('a', 'b'), ('a', ), 'which')
+    assert describe(parser) == describe(reference)
+    assert [a.help for a in parser._actions] == \
+        [a.help for a in reference._actions]
+    assert options_from_args(Shared, parser.parse_args([])) == Shared()
+    assert options_from_args(Shared, parser.parse_args(
+        ['--seed', '5', '--models', 'b'])) == Shared(seed=5, models=['b'])
+
+
 @pytest.mark.parametrize('tool, make_parser, options, library_only, extra', [
     ('tools/noise_robustness.py', noise_sweep_parser, NoiseSweepOptions,
      {'progress'}, dict(local_rank=['--local_rank', '--local-rank'])),
     ('tools/analysis_tools/test_corruption_robustness.py',
-     corruption_benchmark_parser, CorruptionOptions, set(), {}),
+     corruption_benchmark_parser, CorruptionOptions, set(),
+     dict(local_rank=['--local_rank', '--local-rank'])),
 ])
 def test_every_option_is_one_flag_of_the_tool(tool, make_parser, options,
                                               library_only, extra):

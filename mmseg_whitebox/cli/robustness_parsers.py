@@ -13,7 +13,8 @@ import argparse
 from mmseg_whitebox.robustness import NoiseSweepOptions
 from mmseg_whitebox.robustness.corruptions import CorruptionOptions
 from .options import (add_cfg_options_arg, add_checkpoint_check_args,
-                      add_common_args, add_dataclass_args, tool_parser)
+                      add_common_args, add_dataclass_args, add_launcher_args,
+                      tool_parser)
 
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
@@ -35,11 +36,13 @@ def noise_sweep_parser(doc: str) -> argparse.ArgumentParser:
 
 def corruption_benchmark_parser(doc: str) -> argparse.ArgumentParser:
     """``config``, ``checkpoint``, the flags of :class:`CorruptionOptions`
-    (``--work-dir`` among them: its own default), the checkpoint checks'
-    and ``--cfg-options``; ``doc``: the tool's help."""
+    (``--work-dir`` among them: its own default), the checkpoint checks',
+    ``--cfg-options`` and the Runner's ``--launcher`` and ``--device``;
+    ``doc``: the tool's help."""
     parser = tool_parser(doc)
     _model_args(parser)
     add_dataclass_args(parser, CorruptionOptions)
     add_checkpoint_check_args(parser)
     add_cfg_options_arg(parser)
+    add_launcher_args(parser)
     return parser

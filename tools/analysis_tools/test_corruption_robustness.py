@@ -3,7 +3,7 @@
     python tools/analysis_tools/test_corruption_robustness.py CONFIG \
         CHECKPOINT [--corruptions benchmark|all|NAME ...] \
         [--severities 1 2 3 4 5] [--seed 0] [--out DIR] [--resume] \
-        [--cfg-options k=v ...]
+        [--cfg-options k=v ...] [--launcher pytorch] [--device cuda|cpu]
 
 Evaluates the model clean and under every corruption x severity, with the
 config's test pipeline, test loop and IoUMetric (as tools/test.py): an
@@ -19,6 +19,8 @@ default), validation (speckle_noise, gaussian_blur, spatter, saturate),
 noise, blur, weather, digital, all. Results are saved after each
 evaluation (OUT/results.{json,csv}, OUT/table.{md,csv}); --resume skips
 what is done. OUT/corruption_robustness.png plots mIoU against severity.
+--launcher and --device as for tools/noise_robustness.py: the GPU when one
+is visible, else the CPU; a launched run without a GPU needs --device cpu.
 Needs the corruptions extra: pip install -e '.[corruptions]'.
 """
 import argparse
@@ -45,11 +47,14 @@ def main(argv=None):
         store = run_corruption_benchmark(
             args.config, args.checkpoint, options,
             log=functools.partial(print, flush=True))
-    print()
-    print(markdown_table(store.summary(), store.values(), store.severities))
-    print(f'results: {osp.join(out, "results.json")}, '
-          f'{osp.join(out, "table.md")}, {osp.join(out, "table.csv")}\n'
-          f'plot: {osp.join(out, "corruption_robustness.png")}')
+    from mmengine.dist import is_main_process
+    if is_main_process():
+        print()
+        print(markdown_table(store.summary(), store.values(),
+                             store.severities))
+        print(f'results: {osp.join(out, "results.json")}, '
+              f'{osp.join(out, "table.md")}, {osp.join(out, "table.csv")}\n'
+              f'plot: {osp.join(out, "corruption_robustness.png")}')
     return store.data
 
 

@@ -6,8 +6,7 @@ import os.path as osp
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from mmseg_whitebox.engine.runner_config import (build_test_runner,
-                                                 runner_config)
+from mmseg_whitebox.engine.runner_config import build_test_runner
 from mmseg_whitebox.datasets.corruption_library import SEVERITIES
 from mmseg_whitebox.datasets.corruption_transform import ImageCorruption
 from mmseg_whitebox.utils.atomic import write_csv, write_text
@@ -262,14 +261,12 @@ class CorruptionBenchmark:
         return self.store.data
 
 
-def build_corruption_runner(config: str, checkpoint: str,
-                            cfg_options: Optional[dict] = None,
-                            work_dir: Optional[str] = None,
-                            seed: int = 0) -> Any:
-    """A Runner set up as ``tools/test.py`` sets it up
-    (:func:`~mmseg_whitebox.engine.runner_config.build_test_runner`), with
-    :class:`ImageCorruption` inserted after ``LoadImageFromFile`` in the
-    test pipeline."""
+def build_corruption_runner(cfg: Any, checkpoint: str, seed: int = 0) -> Any:
+    """A Runner set up from ``cfg`` (a :func:`~mmseg_whitebox.engine.
+    runner_config.runner_config`, launcher included) as ``tools/test.py``
+    sets it up (:func:`~mmseg_whitebox.engine.runner_config.
+    build_test_runner`), with :class:`ImageCorruption` (``seed``) inserted
+    after ``LoadImageFromFile`` in the test pipeline."""
     return build_test_runner(
-        runner_config(config, cfg_options, work_dir), checkpoint,
-        prepare=lambda cfg: insert_corruption_transform(cfg, seed))
+        cfg, checkpoint,
+        prepare=lambda prepared: insert_corruption_transform(prepared, seed))

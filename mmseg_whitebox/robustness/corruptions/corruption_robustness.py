@@ -1,9 +1,9 @@
 """The corruption benchmark of ``tools/analysis_tools/
 test_corruption_robustness.py`` as one call: :func:`run_corruption_benchmark`
 checks the settings, builds the test Runner with :class:`ImageCorruption`
-in its pipeline, evaluates clean and every (corruption, severity) not in
-the results folder yet, saves after each, and plots
-``corruption_robustness.png``."""
+in its pipeline (on the device and launcher the noise sweep takes), evaluates
+clean and every (corruption, severity) not in the results folder yet, saves
+after each, and plots ``corruption_robustness.png``."""
 from __future__ import annotations
 
 import os.path as osp
@@ -15,6 +15,7 @@ from mmseg_whitebox.datasets.corruption_library import (SEVERITIES,
                                                         resolve_corruptions)
 from mmseg_whitebox.engine.hooks import CheckpointCheckHook
 from mmseg_whitebox.engine.pretrained import reported_errors
+from mmseg_whitebox.engine.runner_config import run_device, runner_config
 from mmseg_whitebox.utils.checkpoint_checks import check_checkpoint
 from mmseg_whitebox.utils.tool_error import ToolError
 from ..evaluation import RunnerEvaluation
@@ -27,9 +28,9 @@ class CorruptionOptions:
     """What to evaluate and how: the options of ``tools/analysis_tools/
     test_corruption_robustness.py`` under the same names (a field with
     ``help`` is a flag made from it, see
-    :func:`mmseg_whitebox.cli.add_dataclass_args`; ``cfg_options`` and the
-    checkpoint checks' ``allow_*`` are the flags every tool shares).
-    Checked when made (:meth:`check`)."""
+    :func:`mmseg_whitebox.cli.add_dataclass_args`; ``cfg_options``,
+    ``launcher``, ``device`` and the checkpoint checks' ``allow_*`` are
+    the flags every tool shares). Checked when made (:meth:`check`)."""
     corruptions: Sequence[str] = field(default=('benchmark', ), metadata=dict(
         help='corruption names or groups (default: benchmark, the 15 '
         'ImageNet-C corruptions)'))
@@ -48,6 +49,10 @@ class CorruptionOptions:
     work_dir: Optional[str] = field(default=None, metadata=dict(
         help='folder for the Runner\'s logs (default: --out)'))
     cfg_options: Optional[Dict[str, Any]] = None
+    launcher: str = 'none'
+    #: 'cuda' or 'cpu'; None: the GPU when one is visible (a launched
+    #: benchmark without one needs 'cpu')
+    device: Optional[str] = None
     allow_partial_checkpoint: bool = False
     allow_nonfinite_weights: bool = False
 
@@ -92,37 +97,53 @@ def run_corruption_benchmark(config: str,
     (or resumed) before a model is built, a test pipeline the benchmark
     cannot change or an evaluator without mIoU after. Any other error is
     raised as it is. On Ctrl-C, what is finished is plotted before the
-    ``KeyboardInterrupt`` goes on."""
+    ``KeyboardInterrupt`` goes on. The device and the distributed set-up
+    are the noise sweep's (:func:`~mmseg_whitebox.engine.runner_config.
+    run_device` with ``options.launcher`` and ``options.device``): rank 0
+    writes the results, every rank evaluates its share."""
     options = options or CorruptionOptions()
-    corruptions, severities = options.corruptions, options.severities
     if not osp.isfile(config):
         raise ToolError(f'config file {config!r} does not exist')
     check_checkpoint(checkpoint)
     out = options.out_dir(config)
     CorruptionStore.check_out_dir(out, options.resume)
+    cfg = runner_config(config, options.cfg_options, options.work_dir or out,
+                        options.launcher)
+    with run_device(cfg, options.device):
+        return _benchmark(config, checkpoint, cfg, options, log)
+
+
+def _benchmark(config: str, checkpoint: str, cfg: Any,
+               options: CorruptionOptions,
+               log: Callable[[str], None]) -> CorruptionStore:
+    from mmengine.dist import is_main_process
+    corruptions, severities = options.corruptions, options.severities
+    runner = build_corruption_runner(cfg, checkpoint, options.seed)
     setup = dict(config=config, checkpoint=checkpoint, seed=options.seed,
                  cfg_options=options.cfg_options or {}, metric='mIoU',
                  name=options.plot_title(config), corruptions=corruptions,
                  severities=severities)
-    store = CorruptionStore(out, setup, resume=options.resume)
-    runner = build_corruption_runner(config, checkpoint, options.cfg_options,
-                                     options.work_dir or out, options.seed)
+    store = CorruptionStore.on_every_rank(options.out_dir(config), setup,
+                                          resume=options.resume)
     runner.register_hook(CheckpointCheckHook.from_options(options))
     with reported_errors(runner.cfg):
         evaluation = RunnerEvaluation(runner)
     transforms = find_corruption_transforms(
         runner.test_loop.dataloader.dataset)
+    main_process = is_main_process()
+    say = log if main_process else (lambda msg: None)
     bench = CorruptionBenchmark(evaluation, transforms, store,
-                                on_progress=log)
+                                on_progress=say)
     todo = bench.pending()
-    log(f'{len(corruptions)} corruption(s) x {len(severities)} '
+    say(f'{len(corruptions)} corruption(s) x {len(severities)} '
         f'severit{"y" if len(severities) == 1 else "ies"}: '
         f'{len(todo)} evaluation(s) to run'
         + (f' ({len(corruptions) * len(severities) + 1 - len(todo)} '
            'done before)' if options.resume else ''))
 
     def plot() -> None:
-        if store.data.get('clean') or store.data['results']:
+        if main_process and (store.data.get('clean')
+                             or store.data['results']):
             store.plot(options.plot_title(config))
 
     try:

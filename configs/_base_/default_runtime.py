@@ -20,12 +20,14 @@ log_level = 'INFO'
 load_from = None
 resume = False
 # Checkpoints store their training state as plain data so that they load
-# with torch.load(weights_only=True) (see mmseg_whitebox.compat), and
-# torch's random state, so that --resume continues bitwise as if the run
-# had not stopped (RNGStateCheckpointHook). Every gradient comes laid out as
-# its parameter (GradLayoutHook): at one image per process DDP would
-# otherwise warn "Grad strides do not match bucket view strides" for the
-# CLS token and class embeddings of mmseg's ViT and Segmenter head.
+# with torch.load(weights_only=True) (see mmseg_whitebox.compat; this
+# project's tools add that hook to any config, mmseg's own tools find it
+# here), and torch's random state, so that --resume continues bitwise as
+# if the run had not stopped (RNGStateCheckpointHook). Every gradient
+# comes laid out as its parameter (GradLayoutHook): at one image per
+# process DDP would otherwise warn "Grad strides do not match bucket view
+# strides" for the CLS token and class embeddings of mmseg's ViT and
+# Segmenter head.
 custom_hooks = [
     dict(type='RNGStateCheckpointHook'),
     dict(type='WeightsOnlyCheckpointHook'),

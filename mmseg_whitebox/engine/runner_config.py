@@ -29,10 +29,14 @@ from mmseg_whitebox.utils.input_checks import check_writable_folder
 from .config import read_config
 from .config_checks import check_data_roots
 
-HOOK_TYPE = 'WeightsOnlyCheckpointHook'
-#: stops a run's persistent dataloader workers when it ends
+#: the hooks every run gets in ``custom_hooks`` where its config lacks
+#: them: every checkpoint loads weights-only
+#: (:class:`~mmseg_whitebox.engine.hooks.WeightsOnlyCheckpointHook`; a
+#: config that inherits ``configs/_base_/default_runtime.py`` has it from
+#: there, also for mmseg's own tools, which do not come here), and a run's
+#: persistent dataloader workers are stopped when it ends
 #: (:class:`~mmseg_whitebox.engine.hooks.ReleaseDataloaderWorkersHook`)
-RELEASE_WORKERS_HOOK = 'ReleaseDataloaderWorkersHook'
+ADDED_HOOKS = ('WeightsOnlyCheckpointHook', 'ReleaseDataloaderWorkersHook')
 #: compiles the segmentor's loss and inference when a config sets
 #: ``compile``
 #: (:class:`~mmseg_whitebox.engine.hooks.CompileHook`)
@@ -88,8 +92,8 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
     _name_each_run(cfg, config)
-    ensure_weights_only_checkpoints(cfg)
-    ensure_custom_hook(cfg, RELEASE_WORKERS_HOOK)
+    for hook in ADDED_HOOKS:
+        ensure_custom_hook(cfg, hook)
     if cfg.get('compile', None):
         ensure_custom_hook(cfg, COMPILE_HOOK)
     replace_default_hooks(cfg)
@@ -104,13 +108,6 @@ def load_config(args: argparse.Namespace) -> Config:
         os.environ['LOCAL_RANK'] = str(getattr(args, 'local_rank', 0))
     return runner_config(args.config, args.cfg_options, args.work_dir,
                          args.launcher)
-
-
-def ensure_weights_only_checkpoints(cfg: Config) -> None:
-    """Add :class:`WeightsOnlyCheckpointHook` to configs that lack it (e.g.
-    mmseg's own configs), so every checkpoint a tool writes loads
-    weights-only."""
-    ensure_custom_hook(cfg, HOOK_TYPE)
 
 
 def ensure_custom_hook(cfg: Config, hook_type: str) -> None:

@@ -64,8 +64,8 @@ def _evaluation(kind: str) -> None:
 
 
 def _export_metadata(kind: str) -> None:
-    from mmseg_whitebox.deployment import onnx_export
-    onnx_export.pipeline_resizes = _raiser(kind)
+    from mmseg_whitebox.deployment.onnx_export import metadata
+    metadata.pipeline_resizes = _raiser(kind)
 
 
 def _converter(kind: str) -> None:

@@ -167,8 +167,8 @@ def shortest_edge_scale(size: Shape, short: Union[int, Sequence[int]],
 
 def resize_step(img: np.ndarray, step: Dict[str, Any]) -> np.ndarray:
     """One resize of the test pipeline (its fields: the exporter's
-    :func:`~.onnx_export.pipeline_resizes`), as mmcv computes and calls
-    it."""
+    :func:`~.onnx_export.metadata.pipeline_resizes`), as mmcv computes and
+    calls it."""
     h, w = img.shape[:2]
     if step['type'] == 'ResizeShortestEdge':
         step = dict(type='Resize', scale=shortest_edge_scale(

@@ -11,8 +11,8 @@ onedl-mmengine 0.10.12 with yapf 0.43 checked).
 ``pretty_text`` is read, and a training run reads it five times before
 its first checkpoint (the dumped config, the visualizer's copy, the
 logged environment, the message hub) and once per checkpoint (its
-``meta.cfg``): the same text each time, 45% of a 2-iteration run on a
-2-core CPU (docs/benchmarks.md, "Config formatting").
+``meta.cfg``): the same text each time (what that costs:
+docs/benchmarks.md, "Config formatting").
 
 *What it does.* :func:`format_config_text_once` memoizes ``FormatCode``:
 each distinct text is formatted once, every output stays the same

@@ -18,10 +18,8 @@ from the head's window logits at the network's input resolution:
   PyTorch's bilinear resize to the same size returns finite values
   unchanged;
 * otherwise -- and for any map with a NaN or an infinity, which the resize
-  spreads -- the map is resized to the label's size as mmseg does. (A
-  resize computed band by band does not round as PyTorch's kernel does;
-  emulating the kernel's fused multiply-adds exactly, band by band, took
-  16 times the kernel's time, so the whole map is resized.)
+  spreads -- the whole map is resized to the label's size as mmseg does
+  (a resize band by band would not round as PyTorch's kernel does).
 
 The predictions, and so the per-class areas of the metric, are mmseg's bit
 for bit; ``tests/test_shared_encoder_sweep.py`` checks them against

@@ -1,17 +1,13 @@
 """Dataloader worker processes stopped when a run ends, not when the
 garbage collector finds them.
 
-With ``persistent_workers=True`` (every dataset base of this project, as
-mmseg's) a DataLoader keeps its worker processes until it is collected.
-In a process that runs a second Runner (a library user's
-``train_model`` then ``evaluate_checkpoint``, the demo, a noise sweep
-after a test) the collector finds the first run's loaders later, while
-the new run's workers, forked meanwhile, hold the old workers' pipes; the
-old workers then no longer exit on their shutdown signal and PyTorch
-waits its timeout (5 s) for each one. Measured with the demo config's 2
-test workers: a second ``evaluate_checkpoint`` in one process took 11.9 s
-against 2.3 s for the first; stopping the workers when the run ends took
-0.03 s.
+A persistent DataLoader (every dataset base of this project, as mmseg's)
+keeps its workers until it is collected. In a process that runs a second
+Runner (``train_model`` then ``evaluate_checkpoint``, the demo, a noise
+sweep after a test), the second run's workers, forked before the first
+run's loaders are collected, hold the old workers' pipes, so those no
+longer exit on their shutdown signal and PyTorch waits 5 s for each
+(docs/notes/design-measurements.md).
 """
 from __future__ import annotations
 

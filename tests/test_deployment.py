@@ -196,8 +196,8 @@ def test_get_flops_counts_the_whole_model(tmp_path):
     from mmengine.analysis import FlopAnalyzer
 
     from mmseg_whitebox.analysis import decode_head_complexity
-    from mmseg_whitebox.analysis.model_complexity import (build_segmentor,
-                                                          model_complexity)
+    from mmseg_whitebox.analysis.complexity import (build_segmentor,
+                                                    model_complexity)
     model = build_segmentor(Config.fromfile(osp.join(REPO, DEMO_CBSA)))
     result = model_complexity(model, (96, 160))
     assert result.flops == totals['flops']

@@ -1,4 +1,8 @@
-"""Decoder FLOPs and parameters with mmengine's complexity analysis.
+"""FLOPs and parameters with mmengine's complexity analysis, attention
+counted: of a decode head (:func:`decode_head_complexity`, the decoder
+benchmark's figure) and of a whole segmentor, per module
+(:func:`model_complexity`, ``tools/analysis_tools/get_flops.py``, whose
+mmseg 1.2.2 counterpart does not run).
 
 mmengine's ``FlopAnalyzer`` (fvcore-style: one fused multiply-add counts as
 one flop) has no handles for ``aten::scaled_dot_product_attention`` and
@@ -6,16 +10,20 @@ one flop) has no handles for ``aten::scaled_dot_product_attention`` and
 operators use, so it would silently count those products as free.
 :func:`flop_analyzer` adds these handles (attention: ``B*h*Lq*Lk*(E+Ev)``
 multiply-adds, its two matrix products; ``baddbmm``: the batched product,
-as ``bmm``) and otherwise leaves mmengine's counting as it is.
+as ``bmm``) and otherwise leaves mmengine's counting as it is; every
+figure here comes from it.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmengine.analysis import FlopAnalyzer
+from mmengine.analysis import FlopAnalyzer, parameter_count
 from mmengine.analysis.jit_handles import get_shape
+from mmengine.analysis.print_helper import complexity_stats_table
+from mmengine.config import Config
 
 
 def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
@@ -81,3 +89,127 @@ def decode_head_complexity(
     params = sum(p.numel() for name, p in head.named_parameters()
                  if not name.startswith('loss_'))
     return int(flops), int(params)
+
+
+@dataclass
+class ModelComplexity:
+    """FLOPs (multiply-adds) and parameters of one segmentor forward."""
+    shape: Tuple[int, int]
+    flops: int
+    params: int
+    #: per module (``''`` is the whole model), as mmengine's ``by_module``
+    flops_by_module: Dict[str, int] = field(default_factory=dict)
+    params_by_module: Dict[str, int] = field(default_factory=dict)
+    table: str = ''
+
+    def module(self, name: str) -> Tuple[int, int]:
+        """``(flops, params)`` of the submodule ``name`` (e.g.
+        ``'decode_head'``); zeros when the model has no such module."""
+        return (int(self.flops_by_module.get(name, 0)),
+                int(self.params_by_module.get(name, 0)))
+
+    def summary(self) -> str:
+        """The totals, as mmseg's get_flops prints them."""
+        head_flops, head_params = self.module('decode_head')
+        enc_flops, enc_params = self.module('backbone')
+        h, w = self.shape
+        return '\n'.join([
+            f'Input shape: (1, 3, {h}, {w})',
+            f'Flops: {self.flops / 1e9:.4g} GFLOPs '
+            '(1 multiply-add = 1 flop, attention products counted)',
+            f'Params: {self.params / 1e6:.4g} M',
+            f'Encoder: {enc_flops / 1e9:.4g} GFLOPs, '
+            f'{enc_params / 1e6:.4g} M params',
+            f'Decode head: {head_flops / 1e9:.4g} GFLOPs, '
+            f'{head_params / 1e6:.4g} M params',
+        ])
+
+    def to_dict(self) -> dict:
+        head_flops, head_params = self.module('decode_head')
+        enc_flops, enc_params = self.module('backbone')
+        return dict(shape=list(self.shape), flops=self.flops,
+                    params=self.params, encoder_flops=enc_flops,
+                    encoder_params=enc_params, decode_head_flops=head_flops,
+                    decode_head_params=head_params)
+
+
+class _InferenceForward(nn.Module):
+    """The segmentor's ``mode='tensor'`` forward with every submodule called
+    as a module: mmseg calls ``decode_head.forward(x)`` directly, which
+    hides the head's own products (e.g. the mask product) from the
+    per-module attribution of a trace. Children keep their names."""
+
+    def __init__(self, segmentor: nn.Module) -> None:
+        super().__init__()
+        object.__setattr__(self, '_segmentor', segmentor)
+        for name, child in segmentor.named_children():
+            self.add_module(name, child)
+
+    def forward(self, image: torch.Tensor):
+        return self.decode_head(self._segmentor.extract_feat(image))
+
+
+def build_segmentor(cfg: Config) -> nn.Module:
+    """The config's segmentor with random weights, in eval mode: nothing is
+    downloaded (``pretrained``/``init_cfg`` dropped, as mmseg's
+    ``init_model`` does) and no weights are initialised, which FLOPs do not
+    need."""
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    cfg = cfg.copy()
+    cfg.model.pretrained = None
+    cfg.model.train_cfg = None
+    if 'backbone' in cfg.model and 'init_cfg' in cfg.model.backbone:
+        cfg.model.backbone.init_cfg = None
+    init_default_scope(cfg.get('default_scope', 'mmseg'))
+    model = MODELS.build(cfg.model)
+    return model.eval()
+
+
+def default_shape(cfg: Config) -> Tuple[int, int]:
+    """The config's crop size (data preprocessor ``size``, else the
+    sliding-window crop), else 512x512."""
+    model = cfg.model
+    size = (model.get('data_preprocessor') or {}).get('size')
+    if not size:
+        size = (model.get('test_cfg') or {}).get('crop_size')
+    if not size:
+        return (512, 512)
+    return (int(size[0]), int(size[1]))
+
+
+def model_complexity(model: nn.Module, shape: Sequence[int],
+                     max_depth: int = 3) -> ModelComplexity:
+    """FLOPs and parameters of ``model``'s inference forward on one
+    ``3 x H x W`` image, whole and per module (``max_depth`` levels in
+    the table)."""
+    h, w = (int(s) for s in shape)
+    device = next(model.parameters()).device
+    image = torch.zeros(1, 3, h, w, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            # encoder and decode head, no loss and no post-processing
+            analyzer = flop_analyzer(_InferenceForward(model), (image, ))
+            analyzer.tracer_warnings('none')
+            by_module = dict(analyzer.by_module())
+            table = complexity_stats_table(
+                analyzer, max_depth=max_depth, show_param_shapes=False)
+    finally:
+        model.train(was_training)
+    params = dict(parameter_count(_InferenceForward(model)))
+    return ModelComplexity(
+        shape=(h, w), flops=int(by_module.get('', 0)),
+        params=int(params.get('', 0)), flops_by_module=by_module,
+        params_by_module=params, table=table)
+
+
+def config_complexity(cfg: Config,
+                      shape: Optional[Sequence[int]] = None,
+                      max_depth: int = 3) -> ModelComplexity:
+    """:func:`model_complexity` of a config's segmentor at ``shape``
+    (default: :func:`default_shape`)."""
+    model = build_segmentor(cfg)
+    return model_complexity(model, shape or default_shape(cfg), max_depth)

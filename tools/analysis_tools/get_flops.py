@@ -13,8 +13,8 @@ twice these figures. Weights are random: FLOPs do not depend on them.
 import argparse
 
 import mmseg_whitebox  # noqa: F401  (compat + registration first)
-from mmseg_whitebox.analysis.model_complexity import (config_complexity,
-                                                      default_shape)
+from mmseg_whitebox.analysis.complexity import (config_complexity,
+                                                default_shape)
 from mmseg_whitebox.engine.config import read_config
 from mmseg_whitebox.cli import add_cfg_options_arg, run_tool, tool_parser
 from mmseg_whitebox.cli.options import add_json_arg, add_shape_arg

@@ -6,7 +6,9 @@
 #   make test     the whole pytest suite (TEST_WORKERS=2 processes)
 #   make test-core  the tests that touch torch's and mmengine's API
 #                 (CORE_TESTS: ops, models, checkpoints, training,
-#                 distributed, compile); CI runs them on the second and third stacks
+#                 distributed, compile, the patches of other libraries and
+#                 the capability table); CI runs them on the second and
+#                 third stacks
 #   make mmseg-tests  mmseg's own unit tests with this package imported
 #   make gpu-check  the tests marked gpu (tests/gpu/: the GPU smoke check;
 #                 attention overflow, SyncBN) on this machine's CUDA GPUs,
@@ -71,7 +73,8 @@ CORE_TESTS := tests/test_ops.py tests/test_layers.py tests/test_heads.py \
 	tests/test_released_init.py tests/test_compile.py \
 	tests/test_config_text.py tests/test_mita.py \
 	tests/test_attention_overflow.py tests/test_ddp_freeze_and_syncbn.py \
-	tests/test_attention_registry.py
+	tests/test_attention_registry.py tests/test_patches.py \
+	tests/test_capabilities.py
 
 .PHONY: install demo test test-core mmseg-tests gpu-check gpu-report clean-demo
 

@@ -47,42 +47,29 @@ class CfgOptionsAction(DictAction):
 class DeviceAction(argparse.Action):
     """``--device``: a device this machine has
     (:func:`~mmseg_whitebox.utils.input_checks.check_device`), refused as
-    an argparse error when given (a default is the tool's to check);
-    ``remedy``: what to do instead, where not ``--device cpu``."""
-
-    def __init__(self, *args: Any, remedy: Optional[str] = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.remedy = remedy
+    an argparse error when given (a default is the tool's to check)."""
 
     def __call__(self, parser: argparse.ArgumentParser,
                  namespace: argparse.Namespace, values: Any,
                  option_string: Optional[str] = None) -> None:
         try:
-            if self.remedy:
-                check_device(values, self.remedy)
-            else:
-                check_device(values)
+            check_device(values)
         except ToolError as exc:
             raise argparse.ArgumentError(self, str(exc)) from exc
         setattr(namespace, self.dest, values)
 
 
 def add_device_arg(parser: argparse.ArgumentParser,
-                   default: Optional[str] = None,
                    help: Optional[str] = None,
-                   choices: Optional[Sequence[str]] = None,
-                   remedy: Optional[str] = None) -> None:
+                   choices: Optional[Sequence[str]] = None) -> None:
     """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``;
     ``choices``: the ones a tool takes), for every tool that has one
-    (:class:`DeviceAction`; ``remedy``: its advice for a device this
-    machine lacks, where ``--device cpu`` is not the answer). The default
-    None is every tool's rule (:func:`~mmseg_whitebox.utils.device.
-    auto_device`: cuda when torch sees a GPU, else cpu); a GPU check gives
-    ``'cuda'`` and says so in ``help``."""
+    (:class:`DeviceAction`). Its default None is every tool's rule
+    (:func:`~mmseg_whitebox.utils.device.auto_device`: cuda when torch
+    sees a GPU, else cpu)."""
     parser.add_argument(
-        '--device', default=default, action=DeviceAction,
-        choices=list(choices) if choices else None, remedy=remedy,
+        '--device', action=DeviceAction,
+        choices=list(choices) if choices else None,
         help=help or 'cpu, cuda or cuda:N (default: cuda when torch sees a '
         'GPU, else cpu)')
 

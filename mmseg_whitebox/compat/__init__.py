@@ -52,12 +52,14 @@ from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
 from .model_index import add_scope_models
 from .modules import module_view
 from .package_configs import patch_package_configs
-from .resume import ResumableDataIterator, patch_resume_skip
+from .resume import (ResumableDataIterator, patch_resume_skip,
+                     process_random_state, set_process_random_state)
 
 __all__ = [
     'COMPILED_MMCV_CLASSES', 'COMPILED_MMCV_FUNCTIONS', 'COMPILED_MMCV_OPS',
     'COMPILED_MMCV_TEST_CLASSES', 'DECOMPOSED_OPS', 'LAST_CHECKPOINT',
     'MSDA_WARNING', 'ResumableDataIterator', 'STACKS', 'STATUS',
+    'process_random_state', 'set_process_random_state',
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
     'add_scope_models', 'apply', 'cuda_hidden', 'decompose_as_newer_torch',
     'format_config_text_once', 'import_imagecorruptions', 'is_standin',

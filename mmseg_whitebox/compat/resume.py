@@ -50,15 +50,20 @@ from torch.utils.data._utils.pin_memory import pin_memory
 State = Dict[str, Any]
 
 
-def _process_state() -> State:
+def process_random_state() -> State:
+    """This process's CPU random states: Python's ``random``, numpy's
+    global generator and torch's CPU generator (a data worker's, or with
+    CUDA's the training process's: ``RNGStateCheckpointHook``)."""
     return {'python': random.getstate(), 'numpy': np.random.get_state(),
             'torch': torch.get_rng_state()}
 
 
-def _set_process_state(state: State) -> None:
+def set_process_random_state(state: State) -> None:
+    """Set the states :func:`process_random_state` returned (a torch state
+    loaded onto a GPU is moved back: the generator takes a CPU tensor)."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
-    torch.set_rng_state(state['torch'])
+    torch.set_rng_state(state['torch'].cpu())
 
 
 def _log(message: str) -> None:
@@ -99,7 +104,8 @@ class _CollateWithRandomState:
         self.collate_fn = collate_fn
 
     def __call__(self, samples: Any) -> _WithRandomState:
-        return _WithRandomState(self.collate_fn(samples), _process_state())
+        return _WithRandomState(self.collate_fn(samples),
+                                process_random_state())
 
 
 class _WorkerInit:
@@ -112,7 +118,17 @@ class _WorkerInit:
         if self.init_fn is not None:
             self.init_fn(worker_id)
         if self.states and self.states[worker_id] is not None:
-            _set_process_state(self.states[worker_id])
+            set_process_random_state(self.states[worker_id])
+
+
+def _iter_keeping_torch_state(loader: Any) -> Any:
+    """``iter(loader)``, torch's generator left as it was: the
+    DataLoader's base seed draw would otherwise move it."""
+    state = torch.get_rng_state()
+    try:
+        return iter(loader)
+    finally:
+        torch.set_rng_state(state)
 
 
 class ResumableDataIterator:
@@ -224,11 +240,9 @@ class ResumableDataIterator:
             self._first = states or [seeded_worker_state(init_fn, w)
                                      for w in range(workers)]
             self._start, self._after = self.position, {}
-        torch_state = torch.get_rng_state()
         try:
-            self._iterator = iter(loader)
-        finally:  # the DataLoader's base seed draw
-            torch.set_rng_state(torch_state)
+            self._iterator = _iter_keeping_torch_state(loader)
+        finally:
             loader.worker_init_fn, loader.collate_fn = init_fn, collate_fn
 
     def _next_epoch(self) -> None:
@@ -247,9 +261,7 @@ class ResumableDataIterator:
             sampler.set_epoch(self._epoch)
         time.sleep(2)  # mmengine's guard against a deadlock here
         self._start = None
-        torch_state = torch.get_rng_state()
-        self._iterator = iter(self._dataloader)
-        torch.set_rng_state(torch_state)
+        self._iterator = _iter_keeping_torch_state(self._dataloader)
 
     # ------------------------------------------------ workers' random state
     def worker_random_states(self) -> Optional[Dict[str, Any]]:

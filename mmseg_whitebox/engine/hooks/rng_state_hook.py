@@ -4,14 +4,15 @@ many."""
 from __future__ import annotations
 
 import functools
-import random
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from mmengine.hooks import CheckpointHook, Hook
 from mmseg.registry import HOOKS
+
+from mmseg_whitebox.compat import (process_random_state,
+                                   set_process_random_state)
 
 KEY = 'rng_state'
 #: a process's state key for its data workers' states
@@ -22,10 +23,10 @@ RandomState = Dict[str, Any]
 
 def capture_random_state() -> RandomState:
     """This process's random states: Python's ``random``, numpy's global
-    generator, torch's CPU generator and, once CUDA is in use, the
-    generator of this process's own (current) GPU."""
-    state = {'python': random.getstate(), 'numpy': np.random.get_state(),
-             'torch': torch.get_rng_state()}
+    generator, torch's CPU generator
+    (:func:`~mmseg_whitebox.compat.process_random_state`) and, once CUDA
+    is in use, the generator of this process's own (current) GPU."""
+    state = process_random_state()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state()
     return state
@@ -35,9 +36,7 @@ def restore_random_state(state: RandomState) -> None:
     """Set the states :func:`capture_random_state` returned. A checkpoint
     loaded onto a GPU has its tensors there; the generators take CPU
     tensors."""
-    random.setstate(state['python'])
-    np.random.set_state(state['numpy'])
-    torch.set_rng_state(state['torch'].cpu())
+    set_process_random_state(state)
     if state.get('cuda') is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state(state['cuda'].cpu())
 

@@ -1,6 +1,5 @@
-"""Reading a config file as every tool and library call does: a model
-name or a path, checked when it is read, with ``--cfg-options`` merged in
-(what a Runner needs on top: :mod:`.runner_config`)."""
+"""Reading a config (a model name or a path) as every tool and library call
+does: checked, with ``--cfg-options`` merged in."""
 from __future__ import annotations
 
 import os.path as osp
@@ -17,21 +16,12 @@ from .model_index import config_path
 
 
 def read_config(path: str, cfg_options: Optional[dict] = None) -> Config:
-    """The config file ``path`` with ``--cfg-options`` merged in; ``path``
-    may also name one of this project's configs (a model name, see
-    :func:`~.model_index.config_path`). A missing, empty or unparseable
-    file (its ``_base_`` files included), unknown types, settings a class
-    does not take and impossible settings are a :class:`ToolError`
-    (:mod:`.config_checks`), raised here, before anything is built. The
-    config's ``custom_imports`` are imported here too, after the config
-    is checked: an error in one of those modules is the module's, not the
-    config's, unless it is an optional package this environment lacks
-    (mmdet, mmpretrain, mmcv's compiled ops): that is an ``InputError``
-    naming the package and how to install it, as is a type of such a
-    package (``mmdet.PixelDecoder``) or a class that needs compiled ops
-    (:func:`~.optional_packages.missing_package_error`).
-    (:func:`~.runner_config.runner_config` adds what running a Runner
-    needs: work dir, launcher, checkpoint hook.)"""
+    """The config ``path`` (or model name,
+    :func:`~.model_index.config_path`) with ``cfg_options`` merged in,
+    checked by :mod:`.config_checks` before anything is built (a
+    :class:`ToolError`). Its ``custom_imports`` are imported here; their
+    errors stay theirs, unless an optional package is missing
+    (:func:`~.optional_packages.raise_if_missing_package`)."""
     if not osp.exists(path):
         try:
             path = config_path(path)

@@ -1,21 +1,9 @@
-"""Checks of a config, made when it is read and before a Runner or a model
-is built from it: what mmengine, mmseg or torch would otherwise report
-minutes later, or as a bare ``KeyError``, ``TypeError``,
-``NotADirectoryError``, ``URLError`` or ``end should be larger than
-begin``.
-
-Each raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` (a tool
-prints it as ``<tool>: error: ...``, exit status 2) naming the file or
-the key and what to do: a config file that is empty, not text or not
-Python (its ``_base_`` files included); a ``type`` no registry knows and
-a setting the class built from it does not take; counts and sizes that
-cannot be; dataset folders that do not exist; schedulers that end
-before they begin; ``--tta`` without its settings. A failed download of
-a config's pretrained weights becomes one too
-(:func:`~.pretrained.reported_errors`). A config that needs an optional
-package this environment lacks is an
-:class:`~mmseg_whitebox.utils.tool_error.InputError` naming the package
-and how to install it (:mod:`.optional_packages`).
+"""Checks of a config, made when it is read and before anything is built
+from it: what mmengine, mmseg or torch would report minutes later or as a
+bare ``KeyError``/``TypeError`` becomes a
+:class:`~mmseg_whitebox.utils.tool_error.ToolError` naming the file or key
+and what to do. A missing optional package is an ``InputError``
+(:mod:`.optional_packages`).
 """
 from __future__ import annotations
 
@@ -126,10 +114,8 @@ def base_files(path: str) -> List[str]:
 
 
 def check_config_files(path: str) -> None:
-    """``path`` and every local ``_base_`` file it inherits from are
-    readable configs mmengine can parse (:func:`check_config_file`), so
-    that a syntax error names its file and line before mmengine reads
-    them."""
+    """:func:`check_config_file` on ``path`` and its local ``_base_``
+    files."""
     check_config_file(path)
     for base in base_files(path):
         check_config_file(base)
@@ -138,13 +124,11 @@ def check_config_files(path: str) -> None:
 # -- optional packages -------------------------------------------------------
 
 def check_package_types(cfg: Any) -> None:
-    """Every ``type='<package>.<Name>'`` anywhere in the config whose
-    package is an optional one (``mmdet.PixelDecoder``) names a package
-    that is installed and whose models import, as its registry will
-    import them (mmdet's need mmcv's compiled ops); else the
-    :func:`missing_package_error`. Checked before the model's types,
-    whose classes differ without the package (mmseg's MaskFormerHead
-    then takes no ``in_channels``)."""
+    """Every ``type='<package>.<Name>'`` of an optional package
+    (``mmdet.PixelDecoder``) names one that is installed and whose models
+    import; else :func:`missing_package_error`. Run before
+    :func:`check_model_types`: without the package mmseg's classes differ
+    (MaskFormerHead takes no ``in_channels``)."""
     for top in cfg:
         for key, node in config_dicts(cfg[top], top):
             name = node.get('type')
@@ -177,8 +161,7 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 
 
 def _registry_names(registry: Any) -> List[str]:
-    """Every name ``registry`` resolves: its own, its parent's and its
-    children's (other scopes)."""
+    """Every name ``registry``, its parent and its children resolve."""
     names: List[str] = []
     seen = set()
     stack = [registry, getattr(registry, 'parent', None)]
@@ -223,9 +206,8 @@ def init_settings(cls: type) -> Optional[List[str]]:
 
 
 def required_settings(cls: type) -> List[str]:
-    """The settings ``cls(**settings)`` cannot do without: the arguments
-    without a default of its own ``__init__`` (a base class's are often
-    given by the subclass)."""
+    """The arguments without a default of ``cls``'s own ``__init__`` (a
+    base class's are often given by the subclass)."""
     try:
         params = inspect.signature(cls.__init__).parameters.values()
     except (TypeError, ValueError):
@@ -288,11 +270,9 @@ def _check_built(node: Any, key: str, registry: Any) -> None:
 
 
 def check_model_types(cfg: Any) -> None:
-    """The model's types are registered and their classes take the
-    settings the config gives (a misspelt ``type`` or key otherwise fails
-    as a ``KeyError`` or ``TypeError`` deep in the model's build), and so
-    do the dataloaders' settings. Run after the config's
-    ``custom_imports`` are imported (their types are registered then)."""
+    """The model's types are registered and their classes, and the
+    dataloaders, take the settings the config gives. Run after the
+    config's ``custom_imports`` are imported."""
     from mmseg.registry import MODELS
     _check_built(cfg.get('model', None), 'model', MODELS)
     from torch.utils.data import DataLoader
@@ -322,9 +302,8 @@ def config_dicts(obj: Any, key: str) -> Iterator[Tuple[str, dict]]:
 
 
 def check_config_values(cfg: Any) -> None:
-    """The config has a model, and its counts and sizes can be: a
-    ``num_classes``, width or head count below 1 (or not a number) fails
-    deep inside torch, or later (``num_classes=0``), otherwise."""
+    """The config has a model whose counts and sizes are whole numbers
+    >= 1, and dataloaders whose batch sizes and worker counts can be."""
     model = cfg.get('model', None)
     if not isinstance(model, dict) or 'type' not in model:
         raise ToolError(
@@ -366,9 +345,8 @@ def check_config_values(cfg: Any) -> None:
 
 def dataset_configs(dataset: Any,
                     key: str = 'dataset') -> Iterable[Tuple[str, Any]]:
-    """``(key, config)`` of every dataset config in ``dataset`` (at
-    ``key``): the wrappers (ConcatDataset, RepeatDataset, ...) and the real
-    datasets they wrap, e.g. ``('dataset.datasets.1', ...)``."""
+    """``(key, config)`` of ``dataset`` and every dataset it wraps
+    (ConcatDataset, RepeatDataset, ...), e.g. ``'dataset.datasets.1'``."""
     stack = [(key, dataset)]
     while stack:
         key, ds = stack.pop()
@@ -411,8 +389,8 @@ def check_data_roots(cfg: Any, loaders: Iterable[str]) -> None:
 
 
 def check_param_schedulers(cfg: Any) -> None:
-    """Every scheduler ends after it begins (mmengine: ``end should be
-    larger than begin``), with the recipe for a shorter schedule."""
+    """Every scheduler ends after it begins, with the recipe for a shorter
+    schedule."""
     schedulers = cfg.get('param_scheduler', None) or []
     if isinstance(schedulers, dict):
         schedulers = [schedulers]

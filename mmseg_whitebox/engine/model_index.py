@@ -1,20 +1,13 @@
 """Model names for ``MMSegInferencer(model=<name>)``.
 
-mmengine's ``BaseInferencer`` resolves a model name by reading the
-``model-index.yml`` and ``metafile.yaml`` files of the scope's package
-(mmseg's ``.mim`` folder), so a plugin's configs are never found by name.
+mmengine resolves a model name from the metafiles of the scope's package
+(mmseg's), so a plugin's configs are never found by name.
 :func:`register_model_index` (called by ``import mmseg_whitebox``) makes
 that lookup also read this project's ``configs/*/metafile.yaml``, after
-mmseg's own: mmseg's names keep their meaning, and the four Segmenter
-configs whose names mmseg already uses are reachable under their
-``mmseg_whitebox:`` alias.
-
-:func:`config_path` turns a model name, a config file name or a path
-relative to ``configs/`` into the config file, for what takes a path
-(``mmseg.apis.init_model``, the tools; :func:`~.config.read_config` reads
-it). The configs and tools live in the checkout (an editable install) or,
-in a wheel, in the package's ``.mim`` folder, which the build fills from
-the checkout (see ``setup.py``).
+mmseg's own: names mmseg already uses are reachable under their
+``mmseg_whitebox:`` alias. :func:`config_path` turns a name into the
+config file, for what takes a path. The configs and tools are in the
+checkout, or in a wheel's ``.mim`` folder (see ``setup.py``).
 """
 from __future__ import annotations
 
@@ -33,9 +26,8 @@ _PACKAGE_DIR = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 def resources_root() -> Optional[str]:
     """The folder holding ``configs/`` and ``tools/``: the checkout (an
-    editable install, recognised by its ``pyproject.toml``, so that no copy
-    shadows the files being edited) or the package's ``.mim`` folder (a
-    wheel), where mmengine looks for an OpenMMLab package's configs."""
+    editable install, so that no copy shadows the files being edited) or
+    the package's ``.mim`` folder (a wheel)."""
     checkout = osp.dirname(_PACKAGE_DIR)
     for root, marker in ((checkout, 'pyproject.toml'),
                          (osp.join(_PACKAGE_DIR, '.mim'), 'model-index.yml')):
@@ -54,9 +46,8 @@ def metafiles() -> List[str]:
 
 
 def project_models() -> Iterator[Dict]:
-    """The ``Models`` entries of this project's metafiles, with ``Config``
-    made absolute (mmengine joins it to mmseg's folder, which keeps an
-    absolute path as it is)."""
+    """The ``Models`` entries of this project's metafiles, ``Config`` made
+    absolute (mmengine would join it to mmseg's folder)."""
     from mmengine.fileio import load
     root = resources_root()
     for path in metafiles():
@@ -80,11 +71,9 @@ def find_model(name: str) -> Optional[Dict]:
 
 
 def config_path(name: str) -> str:
-    """The config file that ``name`` means, for ``init_model`` and the
-    tools, which take a path. ``name`` is an existing file (returned as
-    is), a model name of this project's metafiles or its alias, a config
-    file name with or without ``.py``, or a path relative to ``configs/``
-    (``cbsa/<name>.py``, ``_base_/models/vit-demo.py``), optionally after
+    """The config file ``name`` means: an existing file (as is), a model
+    name or alias of this project's metafiles, a config file name with or
+    without ``.py``, or a path relative to ``configs/``, optionally after
     ``mmseg_whitebox::``. Raises FileNotFoundError naming close matches."""
     if osp.isfile(name):
         return name
@@ -127,8 +116,6 @@ def tool_path(relative: str) -> str:
 
 
 def register_model_index() -> bool:
-    """Let mmengine's model-name lookup for the ``mmseg`` scope also read
-    this project's metafiles
-    (:func:`~mmseg_whitebox.compat.add_scope_models`). Idempotent; returns
-    whether it patched."""
+    """Let mmengine's model-name lookup for ``mmseg`` also read this
+    project's metafiles. Idempotent; returns whether it patched."""
     return add_scope_models(project_models)

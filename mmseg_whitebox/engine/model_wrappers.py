@@ -1,14 +1,10 @@
 """The model wrapper of a distributed run on CPU processes (gloo).
 
-Torch runs ``SyncBatchNorm`` on GPUs only: DDP refuses to wrap a CPU
-module that has one ("SyncBatchNorm layers only work with GPU modules"),
-and its forward has no CPU kernels (``batch_norm_stats``), in torch 2.13
-as in 2.1. mmengine's Runner reverts SyncBN to BN for one process
-(``revert_sync_batchnorm``, logged); :class:`CPUDistributedDataParallel`
-does the same for CPU processes, before DDP registers the parameters,
-with one logged line. Each process then normalises with its own batch
-statistics and keeps its own running statistics (rank 0's are saved), as
-a GPU run with plain BN would.
+Torch runs ``SyncBatchNorm`` on GPUs only (DDP refuses to wrap a CPU
+module with one), so :class:`CPUDistributedDataParallel` reverts SyncBN
+to BN first, as mmengine's Runner does for one process: each process
+normalises with its own batch statistics, rank 0's running statistics
+are saved.
 """
 from __future__ import annotations
 
@@ -27,9 +23,8 @@ def count_sync_batchnorm(module: nn.Module) -> int:
 
 @MODEL_WRAPPERS.register_module()
 class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """mmengine's ``MMDistributedDataParallel`` for CPU processes: the
-    module's SyncBN layers are first reverted to BN (mmengine's
-    ``revert_sync_batchnorm``), with a note in the log."""
+    """mmengine's ``MMDistributedDataParallel`` with the module's SyncBN
+    layers reverted to BN first (logged)."""
 
     def __init__(self, module: nn.Module, **kwargs: Any) -> None:
         synced = count_sync_batchnorm(module)

@@ -1,7 +1,6 @@
 """Optional packages a config may need (mmdet, mmpretrain, mmcv's compiled
-ops): their absence is the user's environment, said in one line naming
-the package and how to install it on this stack, never an internal
-error (the config checks of :mod:`.config_checks` raise it)."""
+ops): their absence is an ``InputError`` naming the package and how to
+install it on this stack, never an internal error."""
 from __future__ import annotations
 
 import importlib.util
@@ -38,11 +37,10 @@ COMPILED_OPS_NEEDED = ('CrissCrossAttention', 'PSAMask', 'point_sample')
 
 def missing_package_error(module: Optional[str],
                           needed_by: str) -> Optional[InputError]:
-    """The error that says ``needed_by`` (a setting of the config) needs
-    the optional package whose module ``module`` is not installed here,
-    and how to install it (:data:`OPTIONAL_PACKAGES`, for this stack);
-    None when ``module`` is installed or is not an optional package's, so
-    that any other import error stays a bug."""
+    """The error saying ``needed_by`` (a config setting) needs the optional
+    package of ``module`` and how to install it; None when ``module`` is
+    installed or not an optional package's (any other import error stays
+    a bug)."""
     if module not in OPTIONAL_PACKAGES or module in sys.modules:
         return None
     try:
@@ -58,10 +56,10 @@ def missing_package_error(module: Optional[str],
 
 
 def raise_if_missing_package(exc: ImportError, needed_by: str) -> None:
-    """Raise :func:`missing_package_error` for ``exc`` when the module it
-    did not find (its own, or that of the error it was raised while
-    handling: mmengine's "Failed to import") is an optional package's;
-    return otherwise, for the caller to re-raise ``exc`` as a bug."""
+    """Raise :func:`missing_package_error` when the module ``exc`` (or the
+    error it was raised while handling, as mmengine's "Failed to import")
+    did not find is an optional package's; else return, for the caller to
+    re-raise ``exc``."""
     cause = exc if exc.name else exc.__context__
     error = missing_package_error(getattr(cause, 'name', None), needed_by)
     if error is not None:
@@ -69,10 +67,9 @@ def raise_if_missing_package(exc: ImportError, needed_by: str) -> None:
 
 
 def missing_compiled_op(cls: type) -> Optional[str]:
-    """The compiled mmcv op (:data:`COMPILED_OPS_NEEDED`) that the module
-    of ``cls`` (or of a base class) imported without getting it: mmseg
-    binds it as None (the onedl fork) or to compat's stand-in
-    (mmsegmentation on mmcv-lite); None when there is no such op."""
+    """The compiled mmcv op (:data:`COMPILED_OPS_NEEDED`) the module of
+    ``cls`` or of a base class lacks (bound to None or to compat's
+    stand-in), else None."""
     for klass in inspect.getmro(cls):
         names = getattr(sys.modules.get(klass.__module__), '__dict__', {})
         for op in COMPILED_OPS_NEEDED:

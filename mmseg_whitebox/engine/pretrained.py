@@ -1,11 +1,7 @@
 """The pretrained weights a config starts from, made available to every
-process before training starts: a local file must exist; a URL's file is
-fetched into torch's hub cache by each process itself, before the Runner
-is built (:func:`~mmseg_whitebox.utils.downloads.fetch_url`), so no rank
-waits at mmengine's download barrier for another rank's failed download.
-Checkpoint URLs (``load_from``, ``tools/test.py``'s CHECKPOINT) are fetched
-the same way (:func:`~mmseg_whitebox.utils.downloads.fetch_checkpoint`).
-"""
+process before the Runner is built: a local file must exist, a URL's file
+is fetched by each process itself
+(:func:`~mmseg_whitebox.utils.downloads.fetch_url`)."""
 from __future__ import annotations
 
 import contextlib
@@ -39,10 +35,8 @@ def pretrained_checkpoints(cfg: Any) -> List[Tuple[str, str]]:
 
 def fetch_pretrained_weights(cfg: Any) -> None:
     """Make every pretrained checkpoint of ``cfg`` available to this
-    process (see the module docstring): raises a :class:`ToolError` that
-    names the key and what to do for a local file that does not exist or
-    a URL that cannot be downloaded. Every process of a distributed run
-    calls it, before any collective step."""
+    process, or raise a :class:`ToolError` naming the key and what to do.
+    Every process of a distributed run calls it."""
     for key, checkpoint in pretrained_checkpoints(cfg):
         if checkpoint.startswith(URL_SCHEMES):
             fetch_url(checkpoint, lambda exc, cached:
@@ -82,9 +76,8 @@ def download_error_message(cfg: Any, exc: BaseException,
 
 @contextlib.contextmanager
 def reported_errors(cfg: Any) -> Iterator[None]:
-    """A failed download of the config's pretrained weights (offline, a
-    proxy) as a :class:`ToolError` that says what to do; the data and
-    checkpoint checks raise their own typed errors."""
+    """A failed download of the config's pretrained weights as a
+    :class:`ToolError` that says what to do."""
     try:
         yield
     except urllib.error.URLError as exc:

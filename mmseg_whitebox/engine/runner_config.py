@@ -1,13 +1,8 @@
-"""The config of a Runner that a tool or a library call runs: the file (or
-model name) with ``--cfg-options``, mmseg's work-dir rule, the launcher,
-the hook that makes every checkpoint load weights-only, the checkpoint
-hook that writes them atomically, the logger hook whose test metrics
-file only the main process writes, the hook that stops dataloader
-workers when the run ends and, for a config that sets ``compile``, the
-hook that compiles the segmentor; :func:`load_config` takes them from a
-tool's common options; and the one Runner that tests a checkpoint
-(:func:`build_test_runner`), for ``tools/test.py`` and the robustness
-tools alike; the device set-up of a run (:func:`run_device`)."""
+"""The config of a Runner that a tool or a library call runs
+(:func:`runner_config`, :func:`load_config`: the config, mmseg's work-dir
+rule, the launcher and the project's hooks), the Runner that tests a
+checkpoint (:func:`build_test_runner`) and a run's device set-up
+(:func:`run_device`)."""
 from __future__ import annotations
 
 import argparse
@@ -29,38 +24,27 @@ from mmseg_whitebox.utils.input_checks import check_writable_folder
 from .config import read_config
 from .config_checks import check_data_roots
 
-#: the hooks every run gets in ``custom_hooks`` where its config lacks
-#: them: every checkpoint loads weights-only
-#: (:class:`~mmseg_whitebox.engine.hooks.WeightsOnlyCheckpointHook`; a
-#: config that inherits ``configs/_base_/default_runtime.py`` has it from
-#: there, also for mmseg's own tools, which do not come here), and a run's
-#: persistent dataloader workers are stopped when it ends
-#: (:class:`~mmseg_whitebox.engine.hooks.ReleaseDataloaderWorkersHook`)
+#: the hooks every run gets in ``custom_hooks`` where its config lacks them
+#: (``configs/_base_/default_runtime.py`` also lists the first, for mmseg's
+#: own tools, which do not come here)
 ADDED_HOOKS = ('WeightsOnlyCheckpointHook', 'ReleaseDataloaderWorkersHook')
-#: compiles the segmentor's loss and inference when a config sets
-#: ``compile``
-#: (:class:`~mmseg_whitebox.engine.hooks.CompileHook`)
+#: added when a config sets ``compile``
 COMPILE_HOOK = 'CompileHook'
-#: mmengine's default hooks that a project hook of the same arguments
-#: replaces: (:class:`~mmseg_whitebox.engine.hooks.AtomicCheckpointHook`,
-#: :class:`~mmseg_whitebox.engine.hooks.MainProcessLoggerHook`)
+#: mmengine's default hooks -> the project hook (same arguments) replacing it
 REPLACED_DEFAULT_HOOKS = {
     'checkpoint': ('CheckpointHook', 'AtomicCheckpointHook'),
     'logger': ('LoggerHook', 'MainProcessLoggerHook'),
 }
 
 
-#: how many Runner configs of each config name this process has made
 _RUNS_OF: collections.Counter = collections.Counter()
 
 
 def _name_each_run(cfg: Config, config: str) -> None:
-    """mmengine names a run's logger, message hub and visualizer
-    ``<config name>_<second it started>`` and gives a second Runner of the
-    same config started within the same second the first one's (its log
-    then goes to the first run's file). From its second run in a process
-    on, a config's runs are named with their number
-    (``<config name>-2_<second>``), unless the config names them."""
+    """Name a config's second and later runs in this process
+    ``<config name>-<n>`` (unless the config names them): mmengine names
+    a run ``<config name>_<second>``, so a second run started within the
+    same second would share the first one's logger and log file."""
     if cfg.get('experiment_name', None) is not None:
         return
     name = osp.splitext(osp.basename(cfg.filename or config))[0]
@@ -74,14 +58,9 @@ def runner_config(config: str, cfg_options: Optional[dict] = None,
                   launcher: str = 'none') -> Config:
     """Read ``config`` (a file or a model name) for a Runner.
 
-    The work dir is chosen as in mmseg: ``work_dir``, else the config's
-    ``work_dir``, else ``./work_dirs/<config name>``. ``launcher`` is
-    recorded; the device and the distributed set-up are made by the
-    function that runs the config, within :func:`run_device` (training,
-    testing, the noise sweep). The Runner formats the config's text once
-    (:func:`~mmseg_whitebox.compat.format_config_text_once`);
-    a config's second and later runs in a process get their own logger
-    (:func:`_name_each_run`).
+    The work dir is chosen as in mmseg: ``work_dir``, else the config's,
+    else ``./work_dirs/<config name>``. ``launcher`` is only recorded: the
+    device and distributed set-up are :func:`run_device`'s.
     """
     format_config_text_once()
     cfg = read_config(config, cfg_options)
@@ -121,10 +100,8 @@ def ensure_custom_hook(cfg: Config, hook_type: str) -> None:
 
 
 def replace_default_hooks(cfg: Config) -> None:
-    """Replace mmengine's ``CheckpointHook`` and ``LoggerHook`` by the
-    project's (:data:`REPLACED_DEFAULT_HOOKS`, same settings): a checkpoint
-    is under its name only once complete and the previous one is removed
-    only after that; a distributed test's metrics file is written once."""
+    """Replace mmengine's default hooks by the project's
+    (:data:`REPLACED_DEFAULT_HOOKS`), keeping their settings."""
     hooks = cfg.get('default_hooks', None) or {}
     for key, (plain, replacement) in REPLACED_DEFAULT_HOOKS.items():
         hook = hooks.get(key, None)
@@ -148,13 +125,10 @@ def build_test_runner(cfg: Config, checkpoint: str,
                       prepare: Optional[Callable[[Config], None]] = None
                       ) -> Any:
     """The Runner that tests ``checkpoint`` with ``cfg`` (a
-    :func:`runner_config`) as ``tools/test.py`` does. The checkpoint and
-    the work dir are checked once, here, before anything is built (a
-    checkpoint URL is downloaded into torch's hub cache first, by every
-    process: :func:`~mmseg_whitebox.utils.downloads.fetch_checkpoint`);
-    ``prepare(cfg)``, if given, changes the config next (painting,
-    test-time augmentation, a corruption transform); then the training
-    settings are dropped and the test data's folder is checked."""
+    :func:`runner_config`) as ``tools/test.py`` does: the checkpoint (a
+    URL fetched first) and the work dir checked before anything is built,
+    then ``prepare(cfg)`` if given (painting, TTA, a corruption), the
+    training settings dropped and the test data's folder checked."""
     from mmengine.runner import Runner
     check_checkpoint(checkpoint)
     check_writable_folder(cfg.work_dir, '--work-dir')
@@ -171,12 +145,9 @@ def build_test_runner(cfg: Config, checkpoint: str,
 
 @contextlib.contextmanager
 def run_device(cfg: Any, device: Optional[str] = None) -> Iterator[str]:
-    """The device set-up of a training or test run of ``cfg`` (its
-    ``launcher`` set), for the block that runs it: the device decided
-    (:func:`~mmseg_whitebox.utils.device.resolve_device`: a
-    ``ToolError`` before any work when it cannot be had), the GPUs
-    hidden from this process for ``cpu``
-    (:func:`~mmseg_whitebox.compat.cuda_hidden`), then
+    """For the block that runs ``cfg`` (its ``launcher`` set): the device
+    decided (:func:`~mmseg_whitebox.utils.device.resolve_device`), the
+    GPUs hidden for ``cpu``, then
     :func:`~mmseg_whitebox.utils.distributed.setup_distributed`. Yields
     ``'cuda'`` or ``'cpu'``."""
     chosen = resolve_device(cfg.get('launcher', 'none'), device)

@@ -1,24 +1,12 @@
 """Checkpoints that exist under their name only when complete.
 
-mmengine's ``CheckpointHook`` removes the checkpoints beyond
-``max_keep_ckpts`` (and the previous best) before it writes the new one,
-and writes the new one straight under its name (``LocalBackend.put``:
-``open(path, 'wb')``). A run killed while saving then leaves a truncated
-``iter_N.pth`` and, with ``max_keep_ckpts=1``, no complete checkpoint at
-all, while ``last_checkpoint`` names one that is gone.
-
-:class:`AtomicCheckpointHook` is that hook with two changes: the file is
-written to a temporary name in the same folder and renamed once complete
-(the :data:`ATOMIC_BACKEND` file backend), and older checkpoints are
-removed only after the new one and ``last_checkpoint`` (which mmengine
-writes after the save returns) are in place. ``last_checkpoint`` itself,
-which mmengine writes with ``open(path, 'w')`` (emptying it first), is
-written through a temporary file too
-(:func:`~mmseg_whitebox.compat.last_checkpoint_written_atomically`). A
-killed save leaves the previous checkpoint, still named by
-``last_checkpoint``. Both wrap the public hook points that save.
-:func:`~mmseg_whitebox.engine.runner_config.runner_config` puts it in
-place of mmengine's hook.
+mmengine's ``CheckpointHook`` removes old checkpoints before it writes the
+new one, straight under its name: a run killed while saving leaves a
+truncated ``iter_N.pth`` and, with ``max_keep_ckpts=1``, no complete
+checkpoint at all. :class:`AtomicCheckpointHook` writes the file (and
+``last_checkpoint``) through a temporary file and removes older ones only
+once both are in place, so a killed save leaves the previous checkpoint,
+still named by ``last_checkpoint``.
 """
 from __future__ import annotations
 
@@ -95,12 +83,10 @@ class _DeferredRemoval:
 
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
-    """mmengine's ``CheckpointHook`` (same arguments) that never leaves a
-    partly written checkpoint under a checkpoint's name, nor removes the
-    previous one before the new one is complete (see the module
-    docstring). Checkpoints to a storage other than a local folder (a
-    ``backend_args`` or ``file_client_args`` of their own, a URL) are
-    written as mmengine writes them."""
+    """mmengine's ``CheckpointHook`` (same arguments) with atomic saves
+    (see the module docstring). Checkpoints to other storage (their own
+    ``backend_args``/``file_client_args``, a URL) are written as mmengine
+    writes them."""
 
     def before_train(self, runner: Any) -> None:
         folder = str(self.out_dir or runner.work_dir)
@@ -113,9 +99,8 @@ class AtomicCheckpointHook(CheckpointHook):
 
     @contextlib.contextmanager
     def _saving(self) -> Iterator[None]:
-        """Around a public hook point that may save: removals wait for
-        the new checkpoint (once :meth:`before_train` set the backend up),
-        ``last_checkpoint`` is written atomically."""
+        """Around a hook point that may save: removals wait for the new
+        checkpoint, ``last_checkpoint`` is written atomically."""
         backend = getattr(self, 'file_backend', None)
         with (backend.deferring() if isinstance(backend, _DeferredRemoval)
               else contextlib.nullcontext()), \

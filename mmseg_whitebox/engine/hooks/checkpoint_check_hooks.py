@@ -1,7 +1,5 @@
-"""Runner hooks that keep a wrong checkpoint from becoming wrong numbers:
-the checks of :mod:`mmseg_whitebox.utils.checkpoint_checks` at the moment
-a Runner loads a checkpoint (``tools/test.py``, ``tools/noise_robustness.py``
-and ``tools/train.py --resume``)."""
+"""The checks of :mod:`mmseg_whitebox.utils.checkpoint_checks` at the
+moment a Runner loads a checkpoint (testing, the noise sweep, ``--resume``)."""
 from __future__ import annotations
 
 import math
@@ -18,9 +16,8 @@ from mmseg_whitebox.utils.tool_error import InputError
 
 @HOOKS.register_module()
 class CheckpointCheckHook(Hook):
-    """:func:`check_state_dict` on every checkpoint a Runner loads (for
-    evaluation: fine-tuning from a partial checkpoint is a training
-    matter, so the training tool does not add it)."""
+    """:func:`check_state_dict` on every checkpoint a Runner loads for
+    evaluation (not added for training: fine-tuning may load partially)."""
 
     priority = 'LOWEST'  # after hooks that rewrite the checkpoint (EMA)
 
@@ -36,8 +33,7 @@ class CheckpointCheckHook(Hook):
     @classmethod
     def from_options(cls, options: Any) -> 'CheckpointCheckHook':
         """The hook as the tools' ``--allow-partial-checkpoint`` and
-        ``--allow-nonfinite-weights`` say (``options``: their parsed
-        arguments, or a dataclass with the same fields)."""
+        ``--allow-nonfinite-weights`` (``options``) say."""
         return cls(options.allow_partial_checkpoint,
                    options.allow_nonfinite_weights,
                    '--allow-partial-checkpoint', '--allow-nonfinite-weights')
@@ -58,9 +54,8 @@ def _resumed_from(runner: Any) -> str:
 
 def _base_lrs(runner: Any, checkpoint: dict
               ) -> Iterator[Tuple[float, float]]:
-    """Per parameter group: the learning rate this run set up (after
-    mmengine's ``scale_lr``) and the checkpoint's, each the schedule's
-    base (``initial_lr``, else ``lr``)."""
+    """Per parameter group: this run's base learning rate (after
+    ``scale_lr``) and the checkpoint's (``initial_lr``, else ``lr``)."""
     wrapper, state = runner.optim_wrapper, checkpoint.get('optimizer', {})
     pairs = ([(w, state.get(name, {}))
               for name, w in wrapper.optim_wrappers.items()]
@@ -74,12 +69,9 @@ def _base_lrs(runner: Any, checkpoint: dict
 
 def check_scaled_lr(runner: Any, checkpoint: dict) -> None:
     """``--auto-scale-lr`` with ``--resume``: refuse a checkpoint whose
-    learning rate is not the one ``--auto-scale-lr`` sets for this run's
-    world batch (another number of processes or another batch size than
-    the run that wrote it). mmengine scales the learning rate of the
-    freshly built optimizer and logs so, then resuming loads the
-    optimizer's and the schedulers' state, which keeps the checkpoint's
-    learning rate for the rest of the run."""
+    learning rate is not the one scaled for this run's world batch
+    (resuming would silently keep the checkpoint's, its optimizer
+    state)."""
     scaling = getattr(runner, 'auto_scale_lr', None) or {}
     if not scaling.get('enable', False):
         return
@@ -103,11 +95,9 @@ def check_scaled_lr(runner: Any, checkpoint: dict) -> None:
 
 @HOOKS.register_module()
 class ResumeCheckHook(Hook):
-    """``--resume``: the checkpoint resumed from must be of this model. A
-    work dir reused for another config otherwise fails in mmengine's
-    optimizer load (``loaded state dict has a different number of parameter
-    groups``) after the weights were loaded partially. With
-    ``--auto-scale-lr`` its learning rate must also be this run's
+    """``--resume``: the checkpoint must be of this model (a work dir
+    reused for another config otherwise fails deep in the optimizer's
+    load), and with ``--auto-scale-lr`` of this run's learning rate
     (:func:`check_scaled_lr`)."""
 
     priority = 'LOWEST'

@@ -21,20 +21,17 @@ BUILD_TIME_FREEZE = 'model.backbone.frozen_exclude=[]'
 
 @HOOKS.register_module()
 class FreezeBackboneHook(Hook):
-    """Turn off gradients of every ``backbone.`` parameter before training.
+    """Turn off gradients of every ``backbone.`` parameter before training
+    (after the weights are initialised).
 
     A learning-rate multiplier of 0 does not freeze: mmengine's chainable
-    ``PolyLR`` lifts a 0 learning rate towards its ``eta_min`` (1e-5 in
-    the demo schedule). Without gradients AdamW skips the parameters, and
-    the backward pass stops at the encoder, which also makes training
-    cheaper. Runs after the weights are initialised (``before_train``).
+    ``PolyLR`` lifts it towards ``eta_min``. Without gradients AdamW skips
+    the parameters and the backward pass stops at the encoder.
 
-    One process only: a distributed run's Runner wraps the model in DDP
-    when it is built, before any hook runs, and DDP would keep reducing
-    the encoder's gradients (step 1's never come, the ranks diverge, step
-    2 fails). There, freeze the encoder at build (:data:`BUILD_TIME_FREEZE`);
-    the hook then only confirms it, and refuses (``before_run``, one
-    line) a wrapped model whose encoder still has trainable parameters.
+    One process only: DDP wraps the model before any hook runs and would
+    keep reducing the encoder's gradients. A distributed run freezes it at
+    build (:data:`BUILD_TIME_FREEZE`); the hook refuses a wrapped model
+    whose encoder still trains.
     """
 
     priority = 'VERY_HIGH'
@@ -61,16 +58,14 @@ class FreezeBackboneHook(Hook):
 
 
 def trainable_backbone_parameters(model: Any) -> List[str]:
-    """The names of ``model``'s ``backbone.`` parameters that still
-    require gradients."""
+    """``model``'s ``backbone.`` parameters that require gradients."""
     return [name for name, param in model.named_parameters()
             if name.startswith(BACKBONE_PREFIX) and param.requires_grad]
 
 
 def freeze_backbone(model: Any) -> int:
     """Turn off the gradients of ``model``'s ``backbone.`` parameters;
-    returns how many tensors (0 raises: nothing to freeze is a wrong
-    model, not a frozen one)."""
+    returns how many (none raises: a wrong model)."""
     frozen = 0
     for name, param in model.named_parameters():
         if name.startswith(BACKBONE_PREFIX):

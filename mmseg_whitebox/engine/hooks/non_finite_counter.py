@@ -1,8 +1,5 @@
 """NaN/Inf in what a model predicts, counted where it is evaluated: a
-non-finite logit makes its pixel's argmax, and so the metrics, meaningless.
-One counter serves ``tools/test.py`` and ``tools/train.py`` (a Runner hook
-that warns after each evaluation) and the robustness sweep (the fraction
-of non-finite logits under each noise setting)."""
+non-finite logit makes its pixel's argmax, and so the metrics, meaningless."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -22,10 +19,8 @@ SHOWN = 3
 
 
 def count_nonfinite(data: torch.Tensor) -> int:
-    """Non-finite values in ``data``. A finite sum means none (a NaN or
-    Inf anywhere makes the sum non-finite), which one cheap reduction
-    shows for the usual, all-finite logits; only otherwise are they
-    counted one by one."""
+    """Non-finite values in ``data`` (counted only when its sum, one cheap
+    reduction, is not finite)."""
     if not data.is_floating_point():
         return 0
     if bool(torch.isfinite(data.sum())):
@@ -62,11 +57,10 @@ class NonFiniteCounter(Hook):
         return self.nonfinite / self.total if self.total else 0.0
 
     def fraction_over_ranks(self, num_images: Optional[int] = None) -> float:
-        """:attr:`fraction` over every process of a distributed run (each
-        counts its own images): the images' counts gathered, the padding
-        of the data set's ``num_images`` images dropped
-        (:func:`~mmseg_whitebox.utils.per_image.gather_images`), summed,
-        then divided. A collective: every rank calls it."""
+        """:attr:`fraction` over every process of a distributed run, the
+        sampler's padding beyond ``num_images`` dropped
+        (:func:`~mmseg_whitebox.utils.per_image.gather_images`). A
+        collective."""
         counts = gather_images(self.per_image, num_images)
         total = sum(values for _, values in counts)
         return sum(bad for bad, _ in counts) / total if total else 0.0
@@ -120,32 +114,20 @@ class NonFiniteCounter(Hook):
                 'so are the metrics. Check the input files and the '
                 'checkpoint (non-finite weights, a diverged training)')
 
-    def _batch(self, data_batch: Any, outputs: Any) -> None:
-        inputs = data_batch.get('inputs', []) if isinstance(
-            data_batch, dict) else []
-        self.count(outputs, inputs)
-
-    def _warn(self) -> None:
-        text = self.summary()
-        if text:
-            print_log('WARNING: ' + text, logger='current', level=30)
-
     def before_test_epoch(self, runner: Any) -> None:
-        self.reset()
-
-    def before_val_epoch(self, runner: Any) -> None:
         self.reset()
 
     def after_test_iter(self, runner: Any, batch_idx: int,
                         data_batch: Any = None, outputs: Any = None) -> None:
-        self._batch(data_batch, outputs)
-
-    def after_val_iter(self, runner: Any, batch_idx: int,
-                       data_batch: Any = None, outputs: Any = None) -> None:
-        self._batch(data_batch, outputs)
+        inputs = data_batch.get('inputs', []) if isinstance(
+            data_batch, dict) else []
+        self.count(outputs, inputs)
 
     def after_test_epoch(self, runner: Any, metrics: Any = None) -> None:
-        self._warn()
+        text = self.summary()
+        if text:
+            print_log('WARNING: ' + text, logger='current', level=30)
 
-    def after_val_epoch(self, runner: Any, metrics: Any = None) -> None:
-        self._warn()
+    before_val_epoch = before_test_epoch
+    after_val_iter = after_test_iter
+    after_val_epoch = after_test_epoch

@@ -1,12 +1,7 @@
 """Dataloader worker processes stopped when a run ends, not when the
-garbage collector finds them.
-
-A persistent DataLoader (every dataset base of this project, as mmseg's)
-keeps its workers until it is collected. In a process that runs a second
-Runner (``train_model`` then ``evaluate_checkpoint``, the demo, a noise
-sweep after a test), the second run's workers, forked before the first
-run's loaders are collected, hold the old workers' pipes, so those no
-longer exit on their shutdown signal and PyTorch waits 5 s for each
+garbage collector finds them: in a process that runs a second Runner, the
+second run's workers would hold the first run's workers' pipes, and
+PyTorch would wait for each of those to exit
 (docs/notes/design-measurements.md).
 """
 from __future__ import annotations
@@ -21,9 +16,8 @@ from mmseg_whitebox.compat import stop_persistent_workers
 
 @HOOKS.register_module()
 class ReleaseDataloaderWorkersHook(Hook):
-    """Stops the workers of the dataloaders the run used when it ends
-    (:func:`~mmseg_whitebox.compat.stop_persistent_workers`; see the
-    module docstring). A loader is noted when its loop starts."""
+    """Stops the workers of the dataloaders the run used (noted when their
+    loop starts) when it ends."""
 
     priority = 'VERY_LOW'  # after every other hook's after_run
 

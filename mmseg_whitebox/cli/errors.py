@@ -1,32 +1,17 @@
-"""The two kinds of failure a tool reports: a user's mistake as one line,
-anything else as a bug whose traceback is kept.
+"""How a tool reports a failure, told apart by the exception's type:
 
-:func:`~mmseg_whitebox.cli.run_tool` hands every exception a tool raises
-to :func:`report`, which tells them apart by their type alone:
-
-* a :class:`~mmseg_whitebox.utils.tool_error.ToolError` (its
-  ``InputError`` kind included) is bad input, raised by the code that
-  read or checked that input (a config, a checkpoint, an image, a
-  folder, a device, a JSON file): ``<tool>: error: <what and what to
-  do>``, exit status 2. So is an ``OSError`` that says the user's place
-  cannot take the output (:func:`user_os_error`);
-* a result that failed its own check
-  (:class:`~mmseg_whitebox.utils.tool_error.CheckFailedError`) is
+* a :class:`~mmseg_whitebox.utils.tool_error.ToolError` (bad input), or
+  an ``OSError`` that says the user's place cannot take the output
+  (:func:`user_os_error`): ``<tool>: error: <message>``, exit status 2;
+* a :class:`~mmseg_whitebox.utils.tool_error.CheckFailedError`:
   ``<tool>: check failed: <message>``, exit status 1;
 * anything else is a bug: ``<tool>: internal error: <Type>: <message>``,
-  exit status 1, and the full traceback in a log file
-  (:func:`write_error_log`: the run's output folder, else the system's
-  temporary folder), whose path the line names.
+  exit status 1, the traceback in a log file (:func:`write_error_log`).
 
-``--debug`` on any tool's command line, or ``MMSEG_WHITEBOX_DEBUG=1`` in
-the environment, also prints the traceback of every error, bad input
-included.
-
-Where ``MMSEG_WHITEBOX_ERROR_FILE`` names a file, the line of a user's
-mistake (exit status 2, argparse's too) is also appended to it
-(:func:`record_error_line`): the launch scripts (``tools/dist_*.sh``) read
-it after torchrun ends, to repeat the ranks' line last, below torchrun's
-report, and exit 2.
+``--debug`` or ``MMSEG_WHITEBOX_DEBUG=1`` also prints every traceback.
+Where ``MMSEG_WHITEBOX_ERROR_FILE`` names a file, a user error's line
+(argparse's too) is appended to it: ``tools/dist_*.sh`` repeat it after
+torchrun's report.
 """
 from __future__ import annotations
 
@@ -46,22 +31,17 @@ from mmseg_whitebox.utils.run_lock import output_folder
 from mmseg_whitebox.utils.tool_error import (BAD_INPUT, INTERNAL_ERROR,
                                              CheckFailedError, ToolError)
 
-#: the environment variable that shows tracebacks for every error
 DEBUG_ENV = 'MMSEG_WHITEBOX_DEBUG'
-#: the command-line flag every tool accepts for the same
 DEBUG_FLAG = '--debug'
-#: the environment variable naming the file a user error's line is added to
 ERROR_FILE_ENV = 'MMSEG_WHITEBOX_ERROR_FILE'
 #: the longest exception message an internal error's line repeats
 SUMMARY_CHARS = 400
 #: the most error logs one folder gets in one second (distributed ranks)
 LOG_NAMES = 64
-#: the hint that ends a user error's line
 DEBUG_HINT = '(--debug shows the traceback)'
-#: OSErrors that a full disk or quota causes, wherever the write was
+#: a full disk or quota: the user's to fix, wherever the write was
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
-#: OSErrors that a place the user chose (the run's output folder) causes
-#: when it is not writable
+#: the user's to fix inside the run's output folder only
 NOT_WRITABLE = (errno.EACCES, errno.EROFS)
 
 
@@ -92,8 +72,7 @@ def debug_mode() -> bool:
 # -- reporting ---------------------------------------------------------------
 
 def report(prog: str, exc: BaseException) -> int:
-    """Report the failure ``exc`` of the tool ``prog`` on stderr (see the
-    module docstring); its exit status."""
+    """Report ``exc`` of the tool ``prog`` on stderr; the exit status."""
     if isinstance(exc, CheckFailedError):
         print(f'{prog}: check failed: {_one_line(str(exc))}',
               file=sys.stderr)
@@ -127,9 +106,8 @@ def report(prog: str, exc: BaseException) -> int:
 
 
 def record_error_line(line: str) -> None:
-    """Append ``line`` (a user error's) to the file that the environment
-    variable :data:`ERROR_FILE_ENV` names, if it is set: one short append
-    per process, so the lines of several ranks do not mix."""
+    """Append ``line`` to the file :data:`ERROR_FILE_ENV` names, if set
+    (one short append per process: the ranks' lines do not mix)."""
     path = os.environ.get(ERROR_FILE_ENV)
     if not path:
         return
@@ -142,10 +120,8 @@ def record_error_line(line: str) -> None:
 
 @contextlib.contextmanager
 def recorded_parser_errors() -> Iterator[None]:
-    """Inside the block, argparse's usage errors (exit status 2) are
-    recorded as :func:`record_error_line` records the others, when
-    :data:`ERROR_FILE_ENV` is set
-    (:func:`~mmseg_whitebox.compat.parser_errors_reported_to`)."""
+    """Within the block, argparse's usage errors also go to
+    :func:`record_error_line` (when :data:`ERROR_FILE_ENV` is set)."""
     if not os.environ.get(ERROR_FILE_ENV):
         yield
         return
@@ -158,11 +134,9 @@ def _one_line(text: str) -> str:
 
 
 def write_error_log(prog: str, exc: BaseException) -> Optional[str]:
-    """Write the traceback of ``exc`` (with its causes), the command line
-    and the versions that ran it to ``error-<time>.log`` in the run's
-    output folder (:func:`~mmseg_whitebox.utils.run_lock.output_folder`),
-    else in the system's temporary folder; its path, or None if neither
-    can be written."""
+    """Write the traceback of ``exc``, the command line and the versions
+    to ``error-<time>.log`` in the run's output folder, else the system's
+    temporary folder; its path, or None if neither can be written."""
     stamp = time.strftime('%Y%m%d-%H%M%S')
     name = os.path.splitext(prog)[0] or 'tool'
     places = [(output_folder(), f'error-{stamp}'),
@@ -186,8 +160,6 @@ def write_error_log(prog: str, exc: BaseException) -> Optional[str]:
 
 
 def _error_log_text(prog: str, exc: BaseException) -> str:
-    """What an error log holds: when, where, what ran, and the
-    traceback."""
     versions = []
     for module in ('torch', 'mmengine', 'mmseg', 'mmcv', 'mmseg_whitebox'):
         version = getattr(sys.modules.get(module), '__version__', None)
@@ -207,11 +179,12 @@ def _error_log_text(prog: str, exc: BaseException) -> str:
 # -- what a user can cause ---------------------------------------------------
 
 def user_error_message(exc: BaseException) -> Optional[str]:
-    """The one-line message for ``exc`` if it is a user's mistake (by its
-    type, see the module docstring), else None."""
+    """The one-line message for ``exc`` if it is a user's mistake, else
+    None."""
     if isinstance(exc, ToolError):
         text = str(exc)
-        marker = f'{type(exc).__name__}: '  # re-raised from a DataLoader worker
+        # re-raised from a DataLoader worker: the original message
+        marker = f'{type(exc).__name__}: '
         if 'Original Traceback' in text and marker in text:
             text = text.rsplit(marker, 1)[1]
         return _one_line(text)
@@ -223,11 +196,9 @@ def user_error_message(exc: BaseException) -> Optional[str]:
 
 
 def user_os_error(exc: OSError) -> bool:
-    """Whether ``exc`` is the user's place, not the code: a full disk or
-    quota (:data:`FULL_DISK`) anywhere, or a read-only or forbidden file
-    (:data:`NOT_WRITABLE`) inside the run's output folder
-    (:func:`~mmseg_whitebox.utils.run_lock.output_folder`, the folder the
-    user named). The same error on any other path is a bug."""
+    """Whether ``exc`` is the user's place, not the code: a full disk
+    anywhere, or a read-only or forbidden file inside the run's output
+    folder (the same error elsewhere is a bug)."""
     if exc.errno in FULL_DISK:
         return True
     folder, path = output_folder(), exc.filename

@@ -1,12 +1,8 @@
-"""The options the tools share, declared once: mmseg's ``--work-dir``,
-``--cfg-options``, ``--launcher``, ``--device`` (checked against this
-machine as it is parsed) and the checkpoint checks' ``--allow-*`` flags,
-the project's vocabulary for the rest (``--out DIR``, ``--json FILE``,
-``--shape(s)``, ``--arch``, ``--models``, ``--amp``, ``--seed``,
-``--sigmas``, ``--title`` ...: the table is docs/tools.md), the parser
-every tool builds from its docstring, and the flags of a package
-function's options dataclass (:func:`add_dataclass_args`), so that an
-option is declared in one place: its builder here, or its field."""
+"""The options the tools share, each declared once: mmseg's
+(``--work-dir``, ``--cfg-options``, ``--launcher``, ``--device``), the
+project's vocabulary (``--out DIR``, ``--json FILE``, ``--shape(s)`` ...:
+docs/tools.md), the parser every tool builds from its docstring, and the
+flags of an options dataclass (:func:`add_dataclass_args`)."""
 from __future__ import annotations
 
 import argparse
@@ -27,9 +23,8 @@ ARCHS = ('t', 's', 'b', 'l')
 
 
 class CfgOptionsAction(DictAction):
-    """mmengine's ``DictAction`` that refuses an item without ``=`` as an
-    argparse error (mmengine raises ``ValueError: not enough values to
-    unpack``)."""
+    """mmengine's ``DictAction`` that makes an item without ``=`` an
+    argparse error (not mmengine's ``ValueError``)."""
 
     def __call__(self, parser: argparse.ArgumentParser,
                  namespace: argparse.Namespace, values: Any,
@@ -45,9 +40,7 @@ class CfgOptionsAction(DictAction):
 
 
 class DeviceAction(argparse.Action):
-    """``--device``: a device this machine has
-    (:func:`~mmseg_whitebox.utils.input_checks.check_device`), refused as
-    an argparse error when given (a default is the tool's to check)."""
+    """``--device``: a device this machine lacks is an argparse error."""
 
     def __call__(self, parser: argparse.ArgumentParser,
                  namespace: argparse.Namespace, values: Any,
@@ -62,11 +55,9 @@ class DeviceAction(argparse.Action):
 def add_device_arg(parser: argparse.ArgumentParser,
                    help: Optional[str] = None,
                    choices: Optional[Sequence[str]] = None) -> None:
-    """``--device``, where the model runs (``cpu``, ``cuda``, ``cuda:N``;
-    ``choices``: the ones a tool takes), for every tool that has one
-    (:class:`DeviceAction`). Its default None is every tool's rule
-    (:func:`~mmseg_whitebox.utils.device.auto_device`: cuda when torch
-    sees a GPU, else cpu)."""
+    """``--device`` (``cpu``, ``cuda``, ``cuda:N``; ``choices``: those a
+    tool takes); None by default
+    (:func:`~mmseg_whitebox.utils.device.auto_device`)."""
     parser.add_argument(
         '--device', action=DeviceAction,
         choices=list(choices) if choices else None,
@@ -75,9 +66,8 @@ def add_device_arg(parser: argparse.ArgumentParser,
 
 
 def tool_parser(doc: str) -> argparse.ArgumentParser:
-    """The argument parser of a tool whose module docstring ``doc`` is its
-    help: the first paragraph as the description, the rest (usage
-    examples, outputs) as the epilog, kept as written."""
+    """A tool's parser from its docstring ``doc``: the first paragraph the
+    description, the rest the epilog, kept as written."""
     return argparse.ArgumentParser(
         description=doc.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -97,10 +87,9 @@ def add_cfg_options_arg(parser: argparse.ArgumentParser) -> None:
 
 def add_checkpoint_check_args(parser: argparse.ArgumentParser,
                               verb: str = 'evaluate') -> None:
-    """``--allow-partial-checkpoint`` and ``--allow-nonfinite-weights``: the
-    checkpoint problems a tool refuses unless told (see
-    :class:`~mmseg_whitebox.engine.hooks.CheckpointCheckHook`); ``verb``:
-    what the tool does with it."""
+    """``--allow-partial-checkpoint`` and ``--allow-nonfinite-weights``
+    (:class:`~mmseg_whitebox.engine.hooks.CheckpointCheckHook`); ``verb``:
+    what the tool does with the checkpoint."""
     parser.add_argument(
         '--allow-partial-checkpoint', action='store_true',
         help='load a checkpoint whose keys or shapes do not all match the '
@@ -112,10 +101,8 @@ def add_checkpoint_check_args(parser: argparse.ArgumentParser,
 
 
 def add_launcher_args(parser: argparse.ArgumentParser) -> None:
-    """``--launcher``, ``--device``
-    (:data:`~mmseg_whitebox.utils.device.RUN_DEVICES`; decided by
-    :func:`~mmseg_whitebox.utils.device.resolve_device` when not given)
-    and ``--local-rank``: the flags of a run the Runner may distribute."""
+    """``--launcher``, ``--device`` and ``--local-rank``: the flags of a
+    run the Runner may distribute."""
     parser.add_argument(
         '--launcher',
         choices=['none', 'pytorch', 'slurm', 'mpi'],
@@ -147,10 +134,9 @@ T = TypeVar('T')
 
 
 def _value_type(hint: Any) -> Tuple[Any, bool]:
-    """``(type, is_sequence)`` of a field's type hint for argparse:
-    ``Optional[X]`` is ``X``; ``Sequence[X]``, ``List[X]`` and
-    ``Tuple[X, ...]`` are ``(X, True)``; a type argparse cannot convert
-    to (a dict, a union) is ``(None, False)``."""
+    """``(type, is_sequence)`` of a field's type hint for argparse
+    (``Optional[X]`` is ``X``; ``(None, False)``: none argparse
+    converts to)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is typing.Union:
         if len(args) != 1:
@@ -173,21 +159,14 @@ def dataclass_flag(field: dataclasses.Field) -> str:
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type,
                        exclude: Iterable[str] = ()) -> None:
-    """One flag per field of the options dataclass ``cls`` that carries its
-    help, ``field(metadata=dict(help=...))``; a field without help (a
-    library-only setting, or a flag the tools share, e.g. those of
-    :func:`add_common_args`) and those in ``exclude`` get none; a field
-    named as a shared flag (:data:`SHARED_FIELDS`: ``seed``, ``sigmas``,
-    ``models`` ...) gets its builder's flag with the field's help, default
-    and ``choices``.
+    """One flag (:func:`dataclass_flag`) per field of the options
+    dataclass ``cls`` with ``field(metadata=dict(help=...))``, not in
+    ``exclude``; a field of :data:`SHARED_FIELDS` gets its builder's flag.
 
-    The flag is :func:`dataclass_flag`: a ``bool`` field is a switch
-    (``--name`` sets True; ``--no-name`` sets False where the default is
-    True), a sequence of ``X`` takes ``nargs='+'`` values of type ``X``,
-    an ``int``, ``float`` or ``str`` one value of that type; ``metadata``
-    may also set ``type``, ``nargs``, ``choices`` and ``metavar``. The
-    default is the field's; :func:`options_from_args` makes the dataclass
-    back from the parsed arguments."""
+    A ``bool`` field is a switch, a sequence of ``X`` takes ``nargs='+'``
+    values of type ``X``, an ``int``, ``float`` or ``str`` one value;
+    ``metadata`` may also set :data:`ARG_SETTINGS`. Defaults are the
+    fields'; :func:`options_from_args` makes the dataclass back."""
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         meta = field.metadata
@@ -216,9 +195,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type,
 
 
 def options_from_args(cls: Type[T], args: argparse.Namespace) -> T:
-    """The options dataclass ``cls`` from parsed arguments: every field the
-    parser has a value for (those of :func:`add_dataclass_args` and the
-    shared flags of the same name); the rest keep their defaults."""
+    """The options dataclass ``cls`` from parsed arguments (fields without
+    a flag keep their defaults)."""
     return cls(**{f.name: getattr(args, f.name)
                   for f in dataclasses.fields(cls) if f.init
                   and hasattr(args, f.name)})
@@ -228,8 +206,8 @@ def options_from_args(cls: Type[T], args: argparse.Namespace) -> T:
 def add_out_arg(parser: argparse.ArgumentParser, help: str,
                 default: Optional[str] = None,
                 required: bool = False) -> None:
-    """``--out DIR``: the folder a tool writes its results to (always a
-    folder; a single file is :func:`add_out_file_arg`)."""
+    """``--out DIR``: a tool's results folder (one file:
+    :func:`add_out_file_arg`)."""
     parser.add_argument('--out', metavar='DIR', default=default,
                         required=required, help=help)
 
@@ -260,8 +238,7 @@ def add_arch_arg(parser: argparse.ArgumentParser, default: str = 's',
 def add_data_root_arg(parser: argparse.ArgumentParser, help: str,
                       default: Optional[str] = None,
                       required: bool = False) -> None:
-    """``--data-root DIR``: a data folder (mmseg's config key
-    ``data_root``)."""
+    """``--data-root DIR``: a data folder."""
     parser.add_argument('--data-root', metavar='DIR', default=default,
                         required=required, help=help)
 
@@ -320,17 +297,15 @@ def add_json_arg(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument('--json', metavar='FILE', help=help)
 
 
-#: options-dataclass fields that are shared flags -> their builders
-#: (:func:`add_dataclass_args`)
+#: options-dataclass fields declared by a shared builder
 SHARED_FIELDS = dict(models=add_models_arg, seed=add_seed_arg,
                      sigmas=add_sigmas_arg, title=add_title_arg)
 
 
 def add_amp_args(parser: argparse.ArgumentParser, what: str,
                  note: str = '') -> None:
-    """``--amp`` (a switch) and ``--amp-dtype {float16,bfloat16}`` (implies
-    ``--amp``); ``what``: what runs under autocast, ``note``: more for the
-    help. Read both with :func:`amp_dtype`."""
+    """``--amp`` and ``--amp-dtype`` (read both with :func:`amp_dtype`);
+    ``what``: what runs under autocast, ``note``: more for the help."""
     parser.add_argument(
         '--amp', action='store_true',
         help=f'{what} under automatic mixed precision (float16 autocast '
@@ -342,8 +317,7 @@ def add_amp_args(parser: argparse.ArgumentParser, what: str,
 
 
 def add_compile_arg(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--compile`` (a switch): ``what`` also compiled and timed beside
-    eager."""
+    """``--compile``: ``what`` also compiled and timed beside eager."""
     parser.add_argument(
         '--compile', action='store_true',
         help=f'also time every {what} compiled (torch.compile, a graph per '
@@ -351,8 +325,7 @@ def add_compile_arg(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def amp_dtype(args: argparse.Namespace) -> Optional[str]:
-    """The autocast dtype ``--amp`` / ``--amp-dtype`` ask for: None (no
-    autocast), ``'float16'`` or ``'bfloat16'``."""
+    """The autocast dtype ``--amp`` / ``--amp-dtype`` ask for, or None."""
     if args.amp_dtype:
         return args.amp_dtype
     return AMP_DTYPES[0] if args.amp else None
@@ -360,13 +333,9 @@ def amp_dtype(args: argparse.Namespace) -> Optional[str]:
 
 def parse_shape(values: Sequence[Any], minimum: int = 1
                 ) -> Tuple[int, int]:
-    """An input size ``(H, W)`` from ``[H]`` (square), ``[H, W]`` or the
-    text ``'H'`` / ``'HxW'``: the one reading of every ``--shape`` and
-    ``--shapes`` entry.
-
-    Raises:
-        ValueError: not one or two whole numbers >= ``minimum``.
-    """
+    """``(H, W)`` from ``[H]`` (square), ``[H, W]``, ``'H'`` or ``'HxW'``
+    (every ``--shape`` and ``--shapes`` entry); ``ValueError`` unless one
+    or two whole numbers >= ``minimum``."""
     text = values if isinstance(values, str) else None
     if text is not None:
         values = text.lower().split('x')
@@ -402,8 +371,7 @@ class ShapeAction(argparse.Action):
 
 
 class ShapeType:
-    """An argparse ``type`` for one ``--shapes`` entry, ``H`` or ``HxW``
-    (:func:`parse_shape`)."""
+    """The argparse ``type`` of a ``--shapes`` entry (:func:`parse_shape`)."""
 
     def __init__(self, minimum: int = 1) -> None:
         self.minimum = minimum
@@ -420,8 +388,7 @@ def add_shape_arg(parser: argparse.ArgumentParser, help: str,
                   default: Optional[Sequence[int]] = None,
                   required: bool = False, flag: str = '--shape',
                   minimum: int = 1) -> None:
-    """``--shape H [W]`` (``flag``: another name for a second size of the
-    same kind, e.g. ``--agreement-shape``): one input size, ``(H, W)``."""
+    """``--shape H [W]`` (or ``flag``): one input size, ``(H, W)``."""
     parser.add_argument(
         flag, nargs='+', metavar=('H', 'W'), action=ShapeAction,
         minimum=minimum, required=required,
@@ -433,8 +400,7 @@ def add_shape_arg(parser: argparse.ArgumentParser, help: str,
 def add_shapes_arg(parser: argparse.ArgumentParser, help: str,
                    default: Sequence[str] = (), flag: str = '--shapes',
                    minimum: int = 1, nargs: str = '+') -> None:
-    """``--shapes S [S ...]``, each ``H`` (square) or ``HxW``: a list of
-    input sizes, ``[(H, W), ...]``."""
+    """``--shapes S [S ...]``, each ``H`` or ``HxW``: ``[(H, W), ...]``."""
     parser.add_argument(
         flag, nargs=nargs, metavar='H[xW]', type=ShapeType(minimum),
         default=[parse_shape(s, minimum) for s in default],
@@ -455,9 +421,8 @@ def add_timing_args(parser: argparse.ArgumentParser, repeats: int,
 def add_measurement_args(parser: argparse.ArgumentParser, what: str,
                          repeats: int, warmup: int,
                          max_seconds: float) -> None:
-    """The options of the benchmark tools that say where and how to
-    measure (``what``: the things timed, for the help text); check them
-    with :func:`check_measurement_args`."""
+    """Where and how the benchmark tools measure (``what``: the things
+    timed); checked by :func:`check_measurement_args`."""
     add_device_arg(parser)
     add_threads_arg(parser)
     add_timing_args(parser, repeats, warmup)

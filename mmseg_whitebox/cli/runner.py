@@ -1,8 +1,6 @@
-"""How every script in ``tools/`` runs: its ``main(argv)`` with a failure
-reported as :mod:`.errors` says (a user's mistake as one line, exit
-status 2; a bug with its traceback logged, exit status 1), Ctrl-C in a
-tool that saves as it goes, and the end of a distributed run's process
-group."""
+"""How every script in ``tools/`` runs: failures reported as
+:mod:`.errors` says, Ctrl-C in a tool that saves as it goes, and the end
+of a distributed run's process group."""
 from __future__ import annotations
 
 import atexit
@@ -20,26 +18,20 @@ INTERRUPTED = 130
 
 
 def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
-    """Run a tool's ``main(argv)``; a :class:`ToolError`, or another error a
-    user can cause (:mod:`mmseg_whitebox.cli.errors`), becomes one clear
-    message on stderr and exit status 2; any other error is a bug: one
-    line naming it and the log file that holds its traceback, exit status
-    1 (with ``--debug``, the traceback is printed too). Every script in
-    ``tools/`` ends with ``run_tool(main)``.
+    """Run a tool's ``main(argv)``, its failure reported by
+    :func:`~.errors.report` (a user's mistake: one line, exit status 2; a
+    bug: exit status 1, traceback logged). Every script in ``tools/`` ends
+    with ``run_tool(main)``.
 
-    A process group the tool started (``--launcher pytorch``) is destroyed
-    before the process exits. A worker of a distributed run then leaves
-    through :func:`exit_distributed_worker`, without the interpreter's
-    final teardown: gloo's worker threads can still be releasing tensors
-    at that point, and one that waits for the GIL while the interpreter
-    finalises aborts the whole rank (SIGABRT, "terminate called without
-    an active exception"; pytorch/pytorch#190489).
+    A process group the tool started is destroyed before the process
+    exits, and a distributed worker then leaves through
+    :func:`exit_distributed_worker`: gloo's threads may still be releasing
+    tensors, and one waiting for the GIL while the interpreter finalises
+    aborts the rank (SIGABRT; pytorch/pytorch#190489).
 
-    What the tool has imported by then (torch, mmengine, mmseg, this
-    package) lives as long as the process and is frozen out of the
-    garbage collector's walks (``gc.freeze``): mmengine collects twice
-    while it builds a run's datasets, each collection otherwise walking
-    every object of those imports (docs/benchmarks.md, "Tool start")."""
+    The imports (torch, mmengine, mmseg) live as long as the process, so
+    they are frozen out of the garbage collector's walks (``gc.freeze``;
+    docs/benchmarks.md, "Tool start")."""
     gc.freeze()
     argv = take_debug_flag(argv)
     try:
@@ -49,7 +41,6 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
         prog = osp.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ''
         result, status = None, report(prog, exc)
     finally:
-        # also when another exception propagates (its traceback follows)
         world_size = end_process_group()
     if world_size > 1:
         exit_distributed_worker(status)
@@ -62,10 +53,9 @@ def run_tool(main: Callable[..., Any], argv: Optional[list] = None) -> Any:
 def resumable(out_dir: str, what: str,
               on_interrupt: Callable[[], Any] = lambda: None
               ) -> Iterator[None]:
-    """Ctrl-C in the block of a tool that saves as it goes: call
-    ``on_interrupt`` (e.g. plot what is finished), say where the finished
-    ``what`` are and how to continue, and exit with :data:`INTERRUPTED`
-    instead of a traceback."""
+    """Ctrl-C in the block: call ``on_interrupt`` (e.g. plot what is
+    finished), say where the finished ``what`` are and how to continue,
+    and exit with :data:`INTERRUPTED` instead of a traceback."""
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -87,9 +77,8 @@ def end_process_group() -> int:
 
 
 def exit_distributed_worker(status: int) -> NoReturn:
-    """End a distributed worker with ``status`` as a normal exit would --
-    exit handlers run (logging's included), stdout and stderr flushed --
-    but without the interpreter's finalisation (see :func:`run_tool`)."""
+    """Exit with ``status`` after the exit handlers and a flush, without
+    the interpreter's finalisation (see :func:`run_tool`)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -46,13 +46,6 @@ LIBRARIES = ('torch', 'mmengine', 'mmseg', 'mmcv', 'yapf', 'argparse',
 #: compat modules that patch nothing: the package and the stack's names
 NOT_PATCHES = ('__init__.py', 'distributions.py')
 
-_LEAD = ('RNGStateCheckpointHook asks the runner\'s private _resume '
-         'whether the run resumes; the hook is being reworked with '
-         'compat/resume.py (#54 item 2)')
-_ONNX = ('export_friendly gives the exported model\'s mmseg modules '
-         'export-friendly methods for the export and removes them after; '
-         'it moves to compat once the onnx_export split (#54 item 7) has '
-         'landed')
 _ARGPARSE_ACTION = ('argparse\'s Action protocol: an action stores its '
                     'value on the namespace argparse hands it')
 #: (file or folder, statement's first line) -> why it stays outside compat
@@ -71,11 +64,6 @@ ALLOWED: Dict[tuple, str] = {
     ('engine/hooks/compile_hook.py',
      'labels.data = canonical_strides(labels.data)'):
         'a sample\'s label map (data) given one memory layout',
-    ('deployment/onnx_export',
-     'setattr(module, name, types.MethodType(function, module))'): _ONNX,
-    ('deployment/onnx_export', 'delattr(module, name)'): _ONNX,
-    ('engine/hooks/rng_state_hook.py',
-     "if not getattr(runner, '_resume', False) or not saved:"): _LEAD,
 }
 
 
@@ -470,3 +458,46 @@ def test_imagecorruptions_still_calls_what_newer_libraries_removed():
     image = np.zeros((32, 32, 3), np.uint8)
     assert library.corrupt(image, corruption_name='gaussian_blur',
                            severity=1).shape == image.shape
+
+
+def test_mmseg_branches_on_the_input_size_the_export_fixes():
+    """Needs: mmseg's ViT resizes its position embedding only when the
+    token count differs from the training grid, and ``AdaptivePadding``
+    pads only when some padding is needed (Python branches that
+    ``torch.export`` would freeze). Fits: inside the block the ViT computes
+    what mmseg's own code does at the training grid and at other sizes
+    (padded ones too); after it the instance methods are gone."""
+    from mmseg.models.backbones import VisionTransformer
+    from mmseg.models.utils.embed import AdaptivePadding
+    assert 'if x_len != pos_len:' in inspect.getsource(
+        VisionTransformer._pos_embeding)
+    assert 'if pad_h > 0 or pad_w > 0:' in inspect.getsource(
+        AdaptivePadding.forward)
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dims=16,
+                            num_layers=1, num_heads=2, out_indices=(0, ),
+                            patch_pad='corner')
+    vit.eval()
+    padding = next(m for m in vit.modules()
+                   if isinstance(m, AdaptivePadding))
+    for shape in ((32, 32), (36, 44)):
+        x = torch.randn(1, 3, *shape)
+        with torch.no_grad():
+            expected = vit(x)[0]
+            with compat.export_friendly(vit):
+                assert 'forward' in vars(padding)
+                got = vit(x)[0]
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert '_pos_embeding' not in vars(vit) and 'forward' not in vars(padding)
+
+
+def test_mmengine_s_runner_keeps_resume_private():
+    """Needs: mmengine's ``Runner`` keeps ``resume`` only as ``_resume``
+    (no public name). Fits: :func:`compat.runner_resumes` reads it."""
+    from mmengine.runner import Runner
+    source = inspect.getsource(Runner.__init__)
+    assert 'self._resume = resume' in source
+    runner = Runner.__new__(Runner)
+    assert compat.runner_resumes(runner) is False
+    runner._resume = True
+    assert compat.runner_resumes(runner) is True

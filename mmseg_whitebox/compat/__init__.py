@@ -19,8 +19,10 @@ workers stopped), :mod:`.config_text` (yapf's formatting memoized),
 :mod:`.argparse_errors` (usage errors recorded), :mod:`.model_index`
 (model names of this project's metafiles), :mod:`.compile` (torch 2.1's
 inductor decompositions), :mod:`.devices` (GPUs hidden from a CPU run),
-:mod:`.modules` (a module view with its own children) and :mod:`.imagecorruptions` (the corruptions library on
-current NumPy, scikit-image and setuptools).
+:mod:`.modules` (a module view with its own children),
+:mod:`.imagecorruptions` (the corruptions library on current NumPy,
+scikit-image and setuptools) and :mod:`.export_sizes` (ONNX graphs valid
+at every input size).
 
 A script that imports torchvision, timm or ``mmseg.apis`` before this
 package meets the failures these patches fix: import ``mmseg_whitebox``
@@ -43,6 +45,7 @@ from .config_text import format_config_text_once
 from .dataloader import stop_persistent_workers
 from .devices import cuda_hidden
 from .distributions import STACKS, stack
+from .export_sizes import export_friendly
 from .imagecorruptions import import_imagecorruptions
 from .import_shims import (COMPILED_MMCV_CLASSES, COMPILED_MMCV_FUNCTIONS,
                            COMPILED_MMCV_OPS, COMPILED_MMCV_TEST_CLASSES,
@@ -53,15 +56,17 @@ from .model_index import add_scope_models
 from .modules import module_view
 from .package_configs import patch_package_configs
 from .resume import (ResumableDataIterator, patch_resume_skip,
-                     process_random_state, set_process_random_state)
+                     process_random_state, runner_resumes,
+                     set_process_random_state)
 
 __all__ = [
     'COMPILED_MMCV_CLASSES', 'COMPILED_MMCV_FUNCTIONS', 'COMPILED_MMCV_OPS',
     'COMPILED_MMCV_TEST_CLASSES', 'DECOMPOSED_OPS', 'LAST_CHECKPOINT',
     'MSDA_WARNING', 'ResumableDataIterator', 'STACKS', 'STATUS',
-    'process_random_state', 'set_process_random_state',
+    'process_random_state', 'runner_resumes', 'set_process_random_state',
     'UnsafeCheckpointError', 'WEIGHTS_ONLY_CONVERTER', 'WEIGHTS_ONLY_SCHEMES',
     'add_scope_models', 'apply', 'cuda_hidden', 'decompose_as_newer_torch',
+    'export_friendly',
     'format_config_text_once', 'import_imagecorruptions', 'is_standin',
     'last_checkpoint_written_atomically', 'load_from_local_weights_only',
     'load_from_weights_only', 'mmcv_ops_standin_needed',

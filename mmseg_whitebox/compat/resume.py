@@ -309,6 +309,13 @@ def _run_skipping(run: Any) -> Any:
     return wrapper
 
 
+def runner_resumes(runner: Any) -> bool:
+    """Whether ``runner`` resumes its training (``resume=True``). mmengine
+    0.10.x keeps the flag only as the private ``Runner._resume``; a hook
+    learns it here, not by reading the private name itself."""
+    return bool(getattr(runner, '_resume', False))
+
+
 def patch_resume_skip() -> bool:
     """Install :class:`ResumableDataIterator` (and, on mmengine 0.10.7,
     :func:`_run_skipping`). Returns True once applied."""

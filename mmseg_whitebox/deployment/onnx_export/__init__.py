@@ -27,17 +27,15 @@ from mmseg_whitebox.utils.tool_error import (CheckFailedError, InputError,
 from ..onnx_segmentor import OnnxSegmentor
 from .graph import (INPUT_NAME, OUTPUT_NAME, SegLogits, Shape,
                     check_can_export, check_opset, check_shapes,
-                    default_check_shape, export_friendly, export_onnx,
-                    export_problem, non_standard_ops)
-from .metadata import (deployment_metadata, pipeline_resizes,
-                       swaps_bgr_to_rgb)
+                    default_check_shape, export_onnx, export_problem,
+                    non_standard_ops)
+from .metadata import (deployment_metadata, pipeline_resizes, swaps_bgr_to_rgb)
 
 __all__ = [
-    'ImageParity', 'MIN_AGREEMENT', 'Parity', 'SegLogits',
-    'agreement_problem', 'check_can_export', 'check_shapes',
-    'deployment_metadata', 'export_and_check', 'export_friendly',
-    'export_onnx', 'export_problem', 'image_parity', 'non_standard_ops',
-    'onnx_parity', 'pipeline_resizes', 'swaps_bgr_to_rgb'
+    'ImageParity', 'MIN_AGREEMENT', 'Parity', 'SegLogits', 'agreement_problem',
+    'check_can_export', 'check_shapes', 'deployment_metadata',
+    'export_and_check', 'export_onnx', 'export_problem', 'image_parity',
+    'non_standard_ops', 'onnx_parity', 'pipeline_resizes', 'swaps_bgr_to_rgb'
 ]
 
 #: the default check: at least this share of pixels with the same argmax
@@ -72,7 +70,8 @@ def onnx_parity(model: nn.Module,
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only
-    session = ort.InferenceSession(path, options,
+    session = ort.InferenceSession(path,
+                                   options,
                                    providers=['CPUExecutionProvider'])
     graph = SegLogits(model).eval()
     generator = torch.Generator().manual_seed(seed)
@@ -89,12 +88,12 @@ def onnx_parity(model: nn.Module,
         if got.shape != expected.shape:
             raise RuntimeError(f'onnxruntime returned {got.shape} at '
                                f'{shape}, PyTorch {expected.shape}')
-        results.append(Parity(
-            shape=tuple(shape),
-            max_abs_diff=float(np.abs(got - expected).max()),
-            argmax_agreement=float(
-                (got.argmax(1) == expected.argmax(1)).mean()),
-            export_shape=tuple(shape) == tuple(export_shape or ())))
+        results.append(
+            Parity(shape=tuple(shape),
+                   max_abs_diff=float(np.abs(got - expected).max()),
+                   argmax_agreement=float(
+                       (got.argmax(1) == expected.argmax(1)).mean()),
+                   export_shape=tuple(shape) == tuple(export_shape or ())))
     return results
 
 
@@ -165,17 +164,23 @@ def export_and_check(config: str,
         kind = 'dynamic H, W' if dynamic else 'static'
         log(f'exporting {osp.basename(config)} at {shape[0]}x{shape[1]} '
             f'({kind}) to {out}')
-        report = dict(config=config, checkpoint=checkpoint, onnx=out,
-                      dynamic=dynamic, opset=opset)
+        report = dict(config=config,
+                      checkpoint=checkpoint,
+                      onnx=out,
+                      dynamic=dynamic,
+                      opset=opset)
         failed = failed_path(out)
         # ``out`` appears only once the graph has passed every check
         with atomic_path(out) as staged:
-            export_onnx(model, staged, shape, dynamic=dynamic, opset=opset,
+            export_onnx(model,
+                        staged,
+                        shape,
+                        dynamic=dynamic,
+                        opset=opset,
                         metadata=metadata)
             try:
                 problem = check_graph(model, staged, shapes, shape,
-                                      min_agreement, check_image, report,
-                                      log)
+                                      min_agreement, check_image, report, log)
             except ToolError:
                 raise  # bad input (--check-image): nothing to keep
             except Exception:
@@ -208,9 +213,13 @@ def failed_path(out: str) -> str:
     return osp.splitext(out)[0] + '.failed.onnx'
 
 
-def check_graph(model: nn.Module, path: str, shapes: Sequence[Shape],
-                export_shape: Shape, min_agreement: float,
-                check_image: Optional[str], report: Dict[str, Any],
+def check_graph(model: nn.Module,
+                path: str,
+                shapes: Sequence[Shape],
+                export_shape: Shape,
+                min_agreement: float,
+                check_image: Optional[str],
+                report: Dict[str, Any],
                 log=print) -> Optional[str]:
     """Check the graph at ``path`` against ``model``: standard operators
     only, and an argmax agreement of at least ``min_agreement`` at every
@@ -221,7 +230,9 @@ def check_graph(model: nn.Module, path: str, shapes: Sequence[Shape],
     custom = non_standard_ops(path)
     if custom:
         return f'the graph has non-standard operators: {custom}'
-    results: List[Any] = onnx_parity(model, path, shapes,
+    results: List[Any] = onnx_parity(model,
+                                     path,
+                                     shapes,
                                      export_shape=export_shape)
     log('onnxruntime (CPU) against PyTorch:')
     for result in results:
@@ -276,7 +287,8 @@ def image_parity(model: nn.Module, segmentor: Any,
     diff = float(np.abs(got.logits - expected).max())
     return ImageParity(
         image=osp.basename(image) if isinstance(image, str) else 'array',
-        shape=tuple(int(s) for s in labels.shape), max_abs_diff=diff,
+        shape=tuple(int(s) for s in labels.shape),
+        max_abs_diff=diff,
         relative_diff=diff / max(float(np.abs(expected).max()), 1e-12),
         argmax_agreement=float((got.labels == labels).mean()))
 

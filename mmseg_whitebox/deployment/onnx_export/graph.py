@@ -13,37 +13,25 @@ settings :func:`~.metadata.deployment_metadata` stores in the graph's
 metadata.
 
 **Exporter.** torch's dynamo exporter (``torch.onnx.export(...,
-dynamo=True)``, via ``torch.export``), standard ONNX operators only (the
-export fails on anything else). Three decisions that ``torch.export``
-takes once, at the export size, are made valid at every size without
-custom operators:
-
-* mmseg's ``VisionTransformer`` resizes its position embedding only when
-  the token count differs from the training grid (else the graph adds the
-  unresized embedding at every size); while exporting, the embedding is
-  always resized (:func:`export_friendly`; at the training grid the
-  bicubic resize is the identity);
-* mmseg's ``AdaptivePadding`` pads inputs whose sides are not multiples
-  of the patch size only when some padding is needed; while exporting the
-  (possibly zero) padding is always applied;
-* CBSA's ``adaptive_avg_pool2d`` of the token grid to the representatives
-  grid would bake in the pooling cells of the export size; while
-  exporting, :func:`~mmseg_whitebox.ops.cbsa.pool_grid` pools with
-  separable averaging matrices computed from the grid size in the graph
-  (:mod:`mmseg_whitebox.ops.export`).
+dynamo=True)``), standard ONNX operators only. Decisions that
+``torch.export`` takes once, at the export size, are made valid at every
+size without custom operators: mmseg's position-embedding resize and
+adaptive padding always run while exporting
+(:mod:`mmseg_whitebox.compat.export_sizes`), and CBSA pools the token grid
+with averaging matrices computed from the grid size in the graph
+(:mod:`mmseg_whitebox.ops.export`).
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
-import types
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mmseg_whitebox.compat.export_sizes import export_friendly
 from mmseg_whitebox.utils.atomic import atomic_path
 from mmseg_whitebox.utils.capabilities import onnx_dynamo_export
 from mmseg_whitebox.utils.tool_error import ToolError
@@ -115,62 +103,6 @@ class SegLogits(nn.Module):
                                 mode='bilinear',
                                 align_corners=self.segmentor.align_corners)
         return (resized, logits) if self.head_logits else resized
-
-
-def _resized_pos_embedding(self, patched_img: torch.Tensor,
-                           hw_shape: Shape,
-                           pos_embed: torch.Tensor) -> torch.Tensor:
-    """mmseg's ``VisionTransformer._pos_embeding`` without its shape test:
-    the embedding is resized to the token grid at every size."""
-    pos_h = self.img_size[0] // self.patch_size
-    pos_w = self.img_size[1] // self.patch_size
-    if pos_embed.shape[1] != pos_h * pos_w + 1:  # mmseg's own error
-        return type(self)._pos_embeding(self, patched_img, hw_shape,
-                                        pos_embed)
-    pos_embed = self.resize_pos_embed(pos_embed, hw_shape, (pos_h, pos_w),
-                                      self.interpolate_mode)
-    return self.drop_after_pos(patched_img + pos_embed)
-
-
-def _always_padded(self, x: torch.Tensor) -> torch.Tensor:
-    """mmseg's ``AdaptivePadding.forward`` with the padding applied at
-    every size (zero where none is needed), in symbolic-size arithmetic."""
-    pads = []
-    for size, kernel, stride, dilation in zip(x.shape[-2:], self.kernel_size,
-                                              self.stride, self.dilation):
-        reach = (kernel - 1) * dilation + 1
-        pad = ((size + stride - 1) // stride - 1) * stride + reach - size
-        # never negative when the kernel reaches a stride (patch embeddings)
-        pads.append(pad if reach >= stride else torch.sym_max(pad, 0))
-    pad_h, pad_w = pads
-    if self.padding == 'corner':
-        return F.pad(x, [0, pad_w, 0, pad_h])
-    return F.pad(x, [pad_w // 2, pad_w - pad_w // 2, pad_h // 2,
-                     pad_h - pad_h // 2])
-
-
-@contextlib.contextmanager
-def export_friendly(model: nn.Module) -> Iterator[nn.Module]:
-    """Inside the block, ``model`` exports to a graph valid at any input
-    size: every mmseg ``VisionTransformer`` (also ``WhiteBoxViT``) resizes
-    its position embedding and pads its input unconditionally. Outside
-    it, the model is as before."""
-    from mmseg.models.backbones import VisionTransformer
-    from mmcv.cnn.bricks.transformer import AdaptivePadding as MMCVPadding
-    from mmseg.models.utils.embed import AdaptivePadding
-    patched = []
-    for module in model.modules():
-        if isinstance(module, VisionTransformer):
-            patched.append((module, '_pos_embeding', _resized_pos_embedding))
-        elif isinstance(module, (AdaptivePadding, MMCVPadding)):
-            patched.append((module, 'forward', _always_padded))
-    for module, name, function in patched:
-        setattr(module, name, types.MethodType(function, module))
-    try:
-        yield model
-    finally:
-        for module, name, _ in patched:
-            delattr(module, name)
 
 
 def patch_stride(model: nn.Module) -> int:

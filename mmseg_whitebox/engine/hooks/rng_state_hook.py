@@ -11,7 +11,7 @@ from mmengine.dist import all_gather_object, get_rank, get_world_size
 from mmengine.hooks import CheckpointHook, Hook
 from mmseg.registry import HOOKS
 
-from mmseg_whitebox.compat import (process_random_state,
+from mmseg_whitebox.compat import (process_random_state, runner_resumes,
                                    set_process_random_state)
 
 KEY = 'rng_state'
@@ -172,7 +172,7 @@ class RNGStateCheckpointHook(Hook):
                               checkpoint: Dict[str, Any]) -> None:
         self._pending = None
         saved = checkpoint.get(KEY)
-        if not getattr(runner, '_resume', False) or not saved:
+        if not runner_resumes(runner) or not saved:
             return
         ranks, saved_world = saved['ranks'], saved['world_size']
         world_size = get_world_size()

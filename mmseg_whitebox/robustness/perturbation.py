@@ -1,17 +1,11 @@
 """Gaussian parameter noise that always goes away again.
 
 :class:`ParameterNoise` adds i.i.d. ``N(0, sigma^2)`` noise (``absolute``,
-the CBSA paper's setting) or ``N(0, (sigma * rms(W))^2)`` noise (``relative``,
-scaled by each tensor's root-mean-square, to compare heads whose weights
-live at different scales) to the selected parameters, and on exit copies
-the saved originals back -- bit for bit, also when the body raises or is
-interrupted with Ctrl-C (the restore itself is shielded from a second
-Ctrl-C).
-
-Noise is drawn on the CPU from a ``torch.Generator`` seeded with the draw's
-seed, tensor by tensor in the selection's order, then moved to the
-parameter's device: the same seed gives the same noise on any device and
-on every rank of a distributed run.
+the CBSA paper's setting) or ``N(0, (sigma * rms(W))^2)`` (``relative``, to
+compare heads whose weights live at different scales) to the selected
+parameters, and on exit restores them bit for bit, also on an exception or
+Ctrl-C. Noise is drawn on the CPU from the draw's seed, tensor by tensor in
+the selection's order: the same on any device and every rank.
 """
 from __future__ import annotations
 
@@ -43,22 +37,17 @@ def deferred_sigint() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-def noise_like(param: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def noise_like(param: torch.Tensor,
+               generator: torch.Generator) -> torch.Tensor:
     dtype = param.dtype if param.dtype == torch.float64 else torch.float32
     noise = torch.randn(param.shape, generator=generator, dtype=dtype)
     return noise.to(device=param.device, dtype=param.dtype)
 
 
 class ParameterNoise:
-    """Context manager perturbing ``parameters`` in place.
-
-    Args:
-        parameters: ``(name, parameter)`` pairs, e.g. a
-            :class:`~.selection.Selection`'s ``parameters``.
-        sigma: noise standard deviation (>= 0).
-        mode: ``'absolute'`` or ``'relative'`` (see module docstring).
-        seed: seed of this draw.
-    """
+    """Context manager perturbing ``(name, parameter)`` pairs in place
+    with noise of std ``sigma`` (``mode``: see module docstring), drawn
+    from ``seed``."""
 
     def __init__(self, parameters: Sequence[Tuple[str, nn.Parameter]],
                  sigma: float, mode: str = 'absolute', seed: int = 0) -> None:
@@ -81,7 +70,8 @@ class ParameterNoise:
                 for _, p in self.parameters:
                     scale = self.sigma
                     if self.mode == 'relative':
-                        scale *= float(p.detach().double().pow(2).mean().sqrt())
+                        scale *= float(
+                            p.detach().double().pow(2).mean().sqrt())
                     p.add_(noise_like(p, generator) * scale)
             except BaseException:
                 self.restore()

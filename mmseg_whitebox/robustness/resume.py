@@ -1,12 +1,7 @@
 """A results folder that a run fills and a later run resumes, and what
-must match for that.
-
-A sweep or benchmark records its setup in ``results.json``; ``--resume``
-continues it only with the same setup. The config is compared by what it
-resolves to (inheritance included), not by the path string, so
-``configs/x.py`` and ``./configs/x.py`` (or an absolute path, or a copy)
-resume the same folder, while a config edited in between does not; the
-checkpoint is compared as a file (the same file by any path).
+must match for that: the config by what it resolves to (so any path to it,
+or a copy, resumes; an edited config does not), the checkpoint as a file,
+the other setup values as they are.
 """
 from __future__ import annotations
 
@@ -19,9 +14,7 @@ from mmseg_whitebox.utils.atomic import read_json, write_json
 from mmseg_whitebox.utils.run_lock import RunLock, lock_folder
 from mmseg_whitebox.utils.tool_error import InputError, ToolError
 
-#: the setup key that holds the digest of the resolved config
 DIGEST_KEY = 'config_digest'
-#: the file of a results folder that holds everything
 RESULTS = 'results.json'
 
 
@@ -32,9 +25,8 @@ def _plain(obj: Any) -> str:
 
 def config_digest(path: str) -> Optional[str]:
     """The SHA-256 of the config file ``path`` as mmengine resolves it
-    (``_base_`` files merged; its ``custom_imports`` are not imported:
-    that is for :func:`~mmseg_whitebox.engine.config.read_config`, which
-    reports a missing package); None when there is no such file."""
+    (``_base_`` merged, ``custom_imports`` not imported); None when there
+    is no such file."""
     if not osp.isfile(path):
         return None
     from mmengine.config import Config
@@ -44,7 +36,6 @@ def config_digest(path: str) -> Optional[str]:
 
 
 def with_config_digest(setup: Dict[str, Any]) -> Dict[str, Any]:
-    """``setup`` with the digest of its ``config`` file added."""
     config = setup.get('config')
     if isinstance(config, str) and DIGEST_KEY not in setup:
         digest = config_digest(config)
@@ -85,11 +76,10 @@ def setup_differences(old: Dict[str, Any], new: Dict[str, Any],
 
 
 class ResultsFolder:
-    """The results of a sweep or benchmark: ``data``, saved to
-    ``<out_dir>/results.json`` (setup and everything done so far) with
-    every update, atomically, so an interrupted run loses at most the
-    evaluation in progress; the folder is locked while the store lives.
-    Without ``out_dir`` results are kept in memory only. A subclass names
+    """The results of a sweep or benchmark: ``data``, saved atomically to
+    ``<out_dir>/results.json`` with every update, so an interrupted run
+    loses at most the evaluation in progress; the folder is locked while
+    the store lives (no ``out_dir``: in memory only). A subclass names
     :attr:`WHAT` (in messages), :attr:`MUST_MATCH` (the setup keys a
     resumed folder must share; None: all) and :meth:`empty`, and writes
     its other files in :meth:`save`."""
@@ -100,7 +90,7 @@ class ResultsFolder:
     def __init__(self, out_dir: Optional[str] = None,
                  setup: Optional[Dict[str, Any]] = None,
                  resume: bool = False) -> None:
-        self.lock = self.check_out_dir(out_dir, resume)  # held while alive
+        self.lock = self.check_out_dir(out_dir, resume)
         self.out_dir = out_dir
         self.json_path = osp.join(out_dir, RESULTS) if out_dir else None
         setup = with_config_digest(setup or {}) if out_dir else setup or {}
@@ -120,19 +110,17 @@ class ResultsFolder:
 
     @staticmethod
     def empty() -> Dict[str, Any]:
-        """What the results hold before anything is evaluated."""
         return dict(setup={})
 
     @classmethod
     def check_out_dir(cls, out_dir: Optional[str],
                       resume: bool = False) -> Optional[RunLock]:
-        """Raise :class:`ToolError` if ``out_dir`` already holds results
-        and ``resume`` is off, or if it cannot be written or another run
-        writes there (checked by the constructor too; a tool calls it
-        before building a model); the folder's lock."""
+        """Lock ``out_dir`` and return the lock; raise :class:`ToolError`
+        if it holds results and ``resume`` is off, or cannot be written or
+        is locked (a tool calls this before building a model)."""
         if not out_dir:
             return None
-        lock = lock_folder(out_dir)  # one writer
+        lock = lock_folder(out_dir)
         path = osp.join(out_dir, RESULTS)
         if osp.isfile(path):
             if not resume:
@@ -148,10 +136,9 @@ class ResultsFolder:
                       setup: Optional[Dict[str, Any]] = None,
                       resume: bool = False) -> 'ResultsFolder':
         """The store of a (possibly distributed) run: rank 0 reads and
-        writes ``out_dir``; the other ranks get rank 0's results, so every
-        rank skips the same finished evaluations (each evaluation gathers
-        across ranks, and ranks that disagreed would mix results or hang),
-        and rank 0's refusal to resume is raised on every rank."""
+        writes ``out_dir``; the other ranks get its results (so every rank
+        skips the same evaluations, which gather across ranks) and its
+        errors."""
         from mmengine.dist import broadcast_object_list, is_main_process
         store, error = cls(None, setup), None
         if is_main_process():
@@ -167,6 +154,5 @@ class ResultsFolder:
         return store
 
     def save(self) -> None:
-        """Rewrite ``results.json`` (a subclass: and its other files)."""
         if self.json_path:
             write_json(self.json_path, self.data)

@@ -1,21 +1,11 @@
 """Which parameters a noise sweep perturbs.
 
-Named targets (see :mod:`mmseg_whitebox.models.attention_sites` for what
-an attention's parameters are, per attention class):
-
-``decoder-attention`` (default; the CBSA paper's setting)
-    every parameter of every attention layer of the decode head.
-``decoder``
-    every parameter of the decode head.
-``encoder-attention``
-    every parameter of every attention layer of the backbone.
-anything else
-    a regular expression, searched in the full parameter names
-    (``model.named_parameters()``), e.g. ``'decode_head\\.layers\\.0\\.'``.
-
-``layers`` restricts a selection to some attention layers (by their index
-among the sites of the target's scope), so one layer can be perturbed at a
-time; :func:`select_layers` makes one selection per layer.
+Named targets: ``decoder-attention`` (default; the CBSA paper's setting:
+every parameter of the decode head's attention layers), ``decoder`` (the
+whole decode head) and ``encoder-attention`` (the backbone's attention
+layers); anything else is a regular expression searched in the full
+parameter names. ``layers`` restricts a selection to some attention
+layers, by index among the target's sites.
 """
 from __future__ import annotations
 
@@ -74,12 +64,7 @@ def check_registered(model: nn.Module, scope: str,
                      sites: Optional[List[AttentionSite]] = None) -> None:
     """Refuse a part of the model holding attention the registry does not
     know: the sweep would miss it, and its removal and usage with it
-    (``sites``: the part's sites, if already found).
-
-    Raises:
-        InputError: naming the modules, how to register them and the
-            regular-expression way around.
-    """
+    (``sites``: the part's sites, if already found)."""
     missing = unregistered_attention(model, scope, sites)
     if not missing:
         return
@@ -98,8 +83,8 @@ def select_parameters(model: nn.Module,
     """Resolve a target (and optional layer indices) to parameters.
 
     Raises:
-        InputError: (a ``ValueError``) with the available choices, if
-            nothing is selected or a layer index does not exist.
+        InputError: naming the choices, if nothing is selected or a layer
+            index does not exist.
     """
     model = unwrap_model(model)
     named = [(n, p) for n, p in model.named_parameters()]
@@ -164,8 +149,7 @@ def select_layers(model: nn.Module,
                   layers: Union[None, str, Sequence[int]] = None
                   ) -> List[Selection]:
     """The selections of a sweep: the whole target (``layers=None``), or
-    one selection per attention layer -- ``layers='each'`` for every
-    attention layer the target covers, or a sequence of layer indices.
+    one per attention layer (``'each'``, or the given layer indices).
 
     Raises:
         InputError: as :func:`select_parameters`, or if ``'each'`` finds

@@ -1,33 +1,17 @@
 """What each setting of a shared-encoder sweep computes after the encoder:
 mmseg's prediction, without its fresh full-size maps.
 
-Per setting, a plain evaluation spends most of its time outside the head,
-in mmseg's ``slide_inference`` and ``postprocess_result``: per window, the
-window's logits padded to a fresh map of the whole image (classes x H x W
-floats: 210 MB for 150 classes at 512x683) that is then added to the sum,
-the division into another one, the resize to the label's size into a
-third, and the argmax. :class:`HeadInference` makes the same prediction
-from the head's window logits at the network's input resolution:
-
-* each window's logits are resized to the window into one buffer and
-  added in place into one map, both reused across settings (adding a
-  padded map adds zeros elsewhere: the same sums), and divided by the
-  window count in place;
-* when the label has the network's size (an ADE20K image whose short side
-  the test pipeline keeps), the argmax is taken straight from that map:
-  PyTorch's bilinear resize to the same size returns finite values
-  unchanged;
-* otherwise -- and for any map with a NaN or an infinity, which the resize
-  spreads -- the whole map is resized to the label's size as mmseg does
-  (a resize band by band would not round as PyTorch's kernel does).
-
-The predictions, and so the per-class areas of the metric, are mmseg's bit
-for bit; ``tests/test_shared_encoder_sweep.py`` checks them against
-mmseg's own inference. The non-finite count is that of the logits mmseg
-would have kept. Only what ``IoUMetric`` reads is produced (no
-``seg_logits``); :func:`fast_path_unsupported` says when the segmentor or
-the evaluator needs more, and the sweep then runs mmseg's own inference
-per setting.
+mmseg's ``slide_inference`` and ``postprocess_result`` allocate several
+full-size class maps per window and image, which dominate a setting's
+time. :class:`HeadInference` resizes each window's logits into one reused
+buffer, adds them in place into one reused map at the network's input
+resolution, and takes the argmax straight from it when the label has that
+size (a same-size bilinear resize returns finite values unchanged);
+otherwise, or with non-finite logits, it resizes the whole map as mmseg
+does. The predictions are mmseg's bit for bit
+(``tests/test_shared_encoder_sweep.py``); only what ``IoUMetric`` reads is
+produced, and :func:`fast_path_unsupported` says when the sweep needs
+mmseg's own inference instead.
 """
 from __future__ import annotations
 
@@ -46,11 +30,9 @@ Window = Tuple[int, int, int, int]  # y1, y2, x1, x2
 
 def fast_path_unsupported(model: nn.Module, evaluator: Any) -> Optional[str]:
     """Why :class:`HeadInference` cannot stand in for ``model``'s own
-    inference (``None`` if it can): the segmentor must run mmseg's
-    ``EncoderDecoder`` inference (slide or whole, this project's
-    ``BoundedMemoryEncoderDecoder`` post-processing allowed) with two
-    classes or more, and every metric must be an ``IoUMetric`` (which
-    reads only the prediction and the label)."""
+    inference (``None`` if it can): it needs mmseg's ``EncoderDecoder``
+    inference (slide or whole) with two classes or more, and only
+    ``IoUMetric`` metrics."""
     from mmseg.evaluation import IoUMetric
     from mmseg.models.segmentors import EncoderDecoder
 
@@ -77,21 +59,15 @@ def fast_path_unsupported(model: nn.Module, evaluator: Any) -> Optional[str]:
 
 
 def _argmax(logits: torch.Tensor) -> torch.Tensor:
-    """``logits.argmax(0, keepdim=True)`` of a ``(C, H, W)`` map:
-    ``torch.max``'s indices, the first maximal ones as ``argmax``'s (its
-    CPU kernel took about half ``argmax``'s time on 150 x 512 x 683)."""
+    """``logits.argmax(0, keepdim=True)``, by ``torch.max`` (the same
+    indices; faster on a CPU)."""
     return torch.max(logits, dim=0, keepdim=True).indices
 
 
 class HeadInference:
-    """mmseg's prediction of one segmentor with other decode heads on the
-    same encoder features (see the module docstring); reuses its map
-    across calls.
-
-    Args:
-        model: the segmentor (see :func:`fast_path_unsupported`); only
-            read.
-    """
+    """mmseg's prediction of the segmentor ``model`` (only read) with
+    other decode heads on the same encoder features; reuses its maps
+    across calls."""
 
     def __init__(self, model: nn.Module) -> None:
         from mmseg_whitebox.models.segmentors import \
@@ -101,8 +77,7 @@ class HeadInference:
         self._buffers: dict = {}
 
     def windows(self, inputs: torch.Tensor) -> List[Optional[Window]]:
-        """The windows the encoder runs on (``[None]``: the whole
-        image)."""
+        """The windows the encoder runs on (``[None]``: whole image)."""
         if self.model.test_cfg.get('mode', 'whole') != 'slide':
             return [None]
         test_cfg = self.model.test_cfg
@@ -111,8 +86,8 @@ class HeadInference:
 
     def _reused(self, name: str, shape: Tuple[int, ...],
                 like: torch.Tensor) -> torch.Tensor:
-        """A buffer kept across calls (and settings): fresh pages for a
-        map of every class cost a CPU more than filling them."""
+        """A buffer kept across calls: fresh pages for a map of every
+        class cost a CPU more than filling them."""
         buf = self._buffers.get(name)
         if buf is None or buf.shape != shape or buf.dtype != like.dtype \
                 or buf.device != like.device:
@@ -121,9 +96,8 @@ class HeadInference:
 
     def _window_logits(self, head: nn.Module, feats: Any,
                        metas: List[dict]) -> torch.Tensor:
-        """``head.predict`` of one window: for mmseg's own ``predict``
-        (``forward``, then the bilinear resize to the window) outside
-        autocast, the resize writes into a reused buffer."""
+        """``head.predict`` of one window; for mmseg's own ``predict``
+        outside autocast, the resize writes into a reused buffer."""
         from mmseg.models.decode_heads.decode_head import BaseDecodeHead
         cls = type(head)
         device = self.model.data_preprocessor.device.type
@@ -143,8 +117,8 @@ class HeadInference:
                    metas: Sequence[dict], windows: List[Optional[Window]],
                    features: Sequence[Any]) -> torch.Tensor:
         """What mmseg's ``inference`` returns with ``head`` as the decode
-        head, from the encoder's ``features`` of each window (in a map
-        that the next call overwrites)."""
+        head, from each window's encoder ``features`` (in a map that the
+        next call overwrites)."""
         test_cfg = self.model.test_cfg
         if windows == [None]:  # whole_inference: encode_decode
             return head.predict(features[0], list(metas), test_cfg)

@@ -2,22 +2,13 @@
 
 The CBSA paper explains CBSA's flat noise curve by "perturbing subspace
 bases with small noise does not significantly alter the subspaces they
-span". This module measures it, per subspace attention layer
-(:class:`~mmseg_whitebox.ops.subspace.SubspaceAttention`: CBSA, MSSA, TSSA)
-and sigma, with exactly the sweep's noise (same selection, mode and seeds):
-
-* the **principal angles** between ``span(U_k)`` and ``span(U_k + noise)``
-  for every head ``k`` (``U_k`` the ``d x p`` block of ``proj.weight``),
-  mean and max over heads, directions and draws, in degrees;
-* the **relative change of the attention update**,
-  ``||update_noisy - update_clean||_F / ||update_clean||_F`` summed over a
-  few images (mean over draws), two ways: ``isolated`` -- the layer's
-  clean input through the noisy layer, the layer's own sensitivity; and
-  ``propagated`` -- the whole noisy network, the noise of earlier layers
-  included (what the evaluation sees).
-
-Small angles with a large update change say the paper's explanation does
-not hold: the subspaces survive, the computation on them does not.
+span". This module measures it per subspace attention layer (CBSA, MSSA,
+TSSA) and sigma, with the sweep's own noise draws: the principal angles
+between ``span(U_k)`` and ``span(U_k + noise)`` per head, and the
+relative change of the attention update, ``isolated`` (the clean input
+through the noisy layer) and ``propagated`` (the whole noisy network).
+Small angles with a large update change say the explanation does not
+hold.
 """
 from __future__ import annotations
 
@@ -38,11 +29,9 @@ def principal_angles(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Principal angles in degrees (ascending) between the column spans of
     ``a`` (``d x p``) and ``b`` (``d x q``), columns linearly independent.
 
-    In float64: orthonormal bases ``Q1, Q2`` by QR; the singular values of
-    ``Q1^T Q2`` are the angles' cosines. Angles under 45 degrees are taken
-    from the sines (singular values of ``Q2 - Q1 Q1^T Q2``) instead, which
-    keep the small angles that ``arccos`` loses to rounding (Knyazev and
-    Argentati, 2002).
+    From the cosines (singular values of ``Q1^T Q2``, QR bases in
+    float64), and under 45 degrees from the sines, which keep the small
+    angles that ``arccos`` rounds away (Knyazev and Argentati, 2002).
     """
     if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[0]:
         raise ValueError(f'need two d x p matrices with the same d, got '
@@ -67,8 +56,7 @@ def head_bases(attention: SubspaceAttention) -> List[torch.Tensor]:
 
 
 def subspace_sites(selection: Selection) -> List[AttentionSite]:
-    """The selection's attention sites whose operator has subspace
-    bases."""
+    """The selection's sites with subspace bases."""
     return [s for s in selection.sites
             if isinstance(s.attention, SubspaceAttention)]
 
@@ -79,8 +67,7 @@ def _update(output: Any) -> torch.Tensor:
 
 
 class _Recorder:
-    """Forward hooks on the sites' operators keeping each call's inputs
-    (optional) and update."""
+    """Forward hooks keeping each call's inputs (optional) and update."""
 
     def __init__(self, sites: Sequence[AttentionSite],
                  inputs: bool = False) -> None:
@@ -119,7 +106,7 @@ def _relative_change(noisy: Iterable[torch.Tensor],
 
 def take_batches(dataloader: Iterable, num_images: int) -> List[Any]:
     """The first batches of ``dataloader`` holding ``num_images`` images
-    (at least one batch)."""
+    (at least one)."""
     batches, seen = [], 0
     for batch in dataloader:
         batches.append(batch)
@@ -139,10 +126,10 @@ def subspace_change(model: nn.Module,
                     seed: int = 0,
                     forward: Optional[Callable[[Any], Any]] = None
                     ) -> List[Dict[str, Any]]:
-    """One row per subspace layer of ``selection`` and sigma > 0 (see
-    module docstring). ``forward(batch)`` runs the model on a batch
-    (default ``model.test_step``); the weights are restored after every
-    draw.
+    """One row per subspace layer of ``selection`` and sigma > 0: mean
+    and max principal angle over heads, directions and draws, and the
+    update changes summed over ``batches`` (mean over draws).
+    ``forward(batch)`` runs the model (default ``model.test_step``).
 
     Raises:
         ValueError: if the selection has no subspace attention layer.
@@ -205,7 +192,7 @@ def subspace_change(model: nn.Module,
 
 def missing_sigmas(rows: Sequence[Dict[str, Any]], selection: str,
                    sigmas: Sequence[float]) -> List[float]:
-    """The sigmas > 0 of ``sigmas`` that ``rows`` (earlier
-    :func:`subspace_change` rows) lack for ``selection`` (for resume)."""
+    """The sigmas > 0 that the ``rows`` of :func:`subspace_change` lack
+    for ``selection``."""
     done = {float(r['sigma']) for r in rows if r['selection'] == selection}
     return sorted({float(s) for s in sigmas if s > 0} - done)

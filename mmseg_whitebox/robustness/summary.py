@@ -1,31 +1,10 @@
-"""Summary metrics of a noise sweep: the numbers a paper can report.
-
-Everything is computed from the draws stored in ``results.json`` (so sweeps
-saved before these metrics existed summarise the same way), per selection,
-for one metric (``mIoU`` by default):
-
-* per sigma, the mean over the ``n`` draws and its 95% confidence interval
-  ``mean +- t_{0.975, n-1} * s / sqrt(n)`` (``s`` the sample standard
-  deviation, ``ddof=1``; Student's t because ``n`` is small; undefined for
-  one draw);
-* ``retention = mean(sigma) / clean``;
-* ``attention_retention = (mean(sigma) - removed) / (clean - removed)``,
-  the share of what the attention contributes that survives the noise
-  (``removed``: the attention-removed reference); undefined where the
-  attention is unused (:func:`attention_unused`), where removing it
-  raises the metric, or where it was not ablated;
-* ``auc``: the area under the mean curve over ``log10(sigma)`` (trapezoid
-  rule over the swept sigmas > 0), divided by ``(log10(sigma_max) -
-  log10(sigma_min)) * clean``: 1 is a model that loses nothing over the
-  range, 0 one at mIoU 0; with its 95% CI over draws when every sigma has
-  the same seeds (the AUC of each seed's curve);
-* ``sigma_50``: where the mean curve first falls to half of clean,
-  interpolated linearly in ``log10(sigma)`` between the last sigma above
-  and the first at or below ``clean / 2``; ``'not reached'`` if it never
-  does, ``'below range'`` if it already has at the smallest sigma.
-
-The AUC depends on the swept range: compare models over the same sigmas
-(:func:`summarize_results` takes ``sigmas`` to restrict to common ones).
+"""Summary metrics of a noise sweep, per selection, computed from the
+draws stored in ``results.json`` (formulas: docs/robustness.md, "Summary
+metrics"): per sigma the mean over draws with its 95% t-interval,
+``retention`` and ``attention_retention``; over the sigmas the normalised
+``auc`` (with a CI over seeds) and ``sigma_50``. The AUC depends on the
+swept range: compare models over the same sigmas (``sigmas`` of
+:func:`summarize_results`).
 """
 from __future__ import annotations
 
@@ -33,7 +12,7 @@ import math
 import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-UNUSED_MARGIN = 1.0  # mIoU points: ablated within this of clean = unused
+UNUSED_MARGIN = 1.0  # mIoU points
 CONFIDENCE = 0.95
 NOT_REACHED = 'not reached'
 BELOW_RANGE = 'below range'
@@ -51,8 +30,8 @@ def attention_unused(clean: float, ablated: float,
 
 def mean_ci(values: Sequence[float],
             confidence: float = CONFIDENCE) -> Tuple[float, Optional[float]]:
-    """``(mean, half_width)`` of the t-interval over draws; half-width
-    None for a single draw (no spread to estimate)."""
+    """``(mean, half_width)`` of the Student's t-interval over draws
+    (half-width None for a single draw)."""
     values = [float(v) for v in values]
     if not values:
         raise ValueError('no values to summarise')
@@ -112,14 +91,15 @@ def summarize_selection(points: Sequence[Dict[str, Any]],
                         sigmas: Optional[Sequence[float]] = None
                         ) -> Dict[str, Any]:
     """The summary of one selection's ``points`` (``results.json``
-    entries), given the clean and attention-removed values (see module
-    docstring); ``sigmas`` restricts the curve to those noise levels."""
+    entries) against the clean and attention-removed values; ``sigmas``
+    restricts the curve to those noise levels. ``attention_retention``
+    is None where the attention is unused, removing it raises the
+    metric, or it was not ablated."""
     if sigmas is not None:
         keep = {float(s) for s in sigmas}
         points = [p for p in points if float(p['sigma']) in keep]
     points = sorted(points, key=lambda p: p['sigma'])
     unused = removed is not None and attention_unused(clean, removed)
-    # (removing the attention must cost something for a share to exist)
     relative = removed is not None and not unused and clean > removed
     rows = []
     for p in points:
@@ -150,9 +130,8 @@ def summarize_selection(points: Sequence[Dict[str, Any]],
 
 def _auc_over_seeds(points: Sequence[Dict[str, Any]], clean: float,
                     metric: str) -> Dict[str, Optional[float]]:
-    """Mean and CI of the AUC of each seed's own curve, when every sigma
-    was drawn with the same seeds (the sweep's draw ``i`` has seed
-    ``seed + i`` at every sigma)."""
+    """The CI of the AUCs of each seed's own curve, when every sigma was
+    drawn with the same seeds."""
     empty = dict(auc_seeds=None, auc_ci95=None)
     seed_sets = [{d.get('seed') for d in p.get('draws') or []}
                  for p in points]
@@ -199,7 +178,7 @@ def selections_of(data: Dict[str, Any]) -> List[str]:
 
 
 def common_sigmas(datas: Sequence[Dict[str, Any]]) -> List[float]:
-    """Sigmas > 0 present in every sweep (what comparisons use)."""
+    """Sigmas > 0 present in every sweep."""
     sets = [{float(p['sigma']) for p in d.get('points', [])
              if p['sigma'] > 0} for d in datas]
     return sorted(set.intersection(*sets)) if sets else []
@@ -236,8 +215,8 @@ def summary_rows(summaries: Dict[str, Dict[str, Any]],
                  label: str = '',
                  num_parameters: Optional[Dict[str, int]] = None
                  ) -> List[Dict[str, Any]]:
-    """One flat row per selection (the CSV and table rows): scalars, then
-    ``mean +- ci`` and retentions at each of ``sigmas``."""
+    """One flat row per selection (CSV and table): scalars, then mean,
+    CI and retentions at each of ``sigmas``."""
     rows = []
     for selection, s in summaries.items():
         row = dict(model=label, selection=selection,
@@ -261,8 +240,7 @@ def summary_rows(summaries: Dict[str, Dict[str, Any]],
 
 def markdown_table(rows: Sequence[Dict[str, Any]],
                    sigmas: Sequence[float] = ()) -> str:
-    """The rows of :func:`summary_rows` as a Markdown table (per sigma one
-    column ``mean +- ci (retention / attention retention)``)."""
+    """The rows of :func:`summary_rows` as a Markdown table."""
     head = ['model', 'selection', 'params', 'clean', 'removed',
             'AUC', 'sigma_50'] + [f'sigma {s:g}' for s in sigmas]
     lines = ['| ' + ' | '.join(head) + ' |',

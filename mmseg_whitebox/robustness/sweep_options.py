@@ -1,12 +1,9 @@
 """What a noise sweep sweeps, declared once: :class:`NoiseSweepOptions`.
 
-Each field is a setting of :func:`~.noise_robustness.run_noise_sweep` and
-:class:`~.sweep.NoiseSweep`; a field with ``help`` in its metadata is also
-a flag of ``tools/noise_robustness.py`` under the same name
-(:func:`mmseg_whitebox.cli.add_dataclass_args` makes the flags from the
-fields), so the name, default, type and help of an option are written
-here only. The settings are checked when the options are made
-(:meth:`NoiseSweepOptions.check`), with errors that name the flag.
+Each field is a setting of :func:`~.noise_robustness.run_noise_sweep`; a
+field with ``help`` in its metadata is also a flag of
+``tools/noise_robustness.py`` of the same name
+(:func:`mmseg_whitebox.cli.add_dataclass_args`).
 """
 from __future__ import annotations
 
@@ -28,8 +25,6 @@ PAPER_SIGMAS = (1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 1e-2, 2e-2, 3e-2, 4e-2, 5e-2,
 
 
 def _layer_index(value: Any) -> Optional[int]:
-    """A layer index given as an int or its text; None for anything
-    else."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and re.fullmatch(r'\s*-?\d+\s*', value):
@@ -39,12 +34,8 @@ def _layer_index(value: Any) -> Optional[int]:
 
 def layer_choice(layers: Any) -> Union[None, str, List[int]]:
     """``layers`` as the sweep takes it -- None (the whole target),
-    ``'each'`` or a list of layer indices -- from what a user gives: also
-    ``['each']`` and indices as text (``--layers each``, ``--layers 0 2``).
-
-    Raises:
-        InputError: naming ``--layers``.
-    """
+    ``'each'`` or a list of layer indices -- from what a user gives (also
+    ``['each']`` and indices as text)."""
     if layers is None or layers == 'each':
         return layers
     entries = [layers] if isinstance(layers, (str, int)) else list(layers)
@@ -63,11 +54,8 @@ def layer_choice(layers: Any) -> Union[None, str, List[int]]:
 @dataclass
 class NoiseSweepOptions:
     """What to sweep and how: the options of ``tools/noise_robustness.py``
-    under the same names (``ablation=False`` is ``--no-ablation``,
-    ``shared_encoder=False`` ``--no-shared-encoder``); the Runner's
-    (``cfg_options``, ``work_dir``, ``launcher``, ``device``) and the
-    checkpoint checks' (``allow_*``) are the flags every tool shares.
-    Checked when made (:meth:`check`)."""
+    (``ablation=False`` is ``--no-ablation``); the fields without ``help``
+    are the flags every tool shares. Checked when made (:meth:`check`)."""
     sigmas: Sequence[float] = field(
         default=tuple(PAPER_SIGMAS), metadata=dict(
             help='noise standard deviations (default: the CBSA paper\'s grid, '
@@ -131,10 +119,8 @@ class NoiseSweepOptions:
         self.check()
 
     def check(self) -> None:
-        """Every check of the settings that needs no model or file, so bad
-        settings fail first (called when the options are made; call it
-        again after changing a field). Normalises ``layers``
-        (:func:`layer_choice`).
+        """Check every setting that needs no model or file (call it again
+        after changing a field); normalises ``layers``.
 
         Raises:
             InputError: naming the flag.

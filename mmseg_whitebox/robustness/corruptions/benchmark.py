@@ -33,14 +33,13 @@ def _pipelines(dataset: Any) -> Iterator[list]:
 def insert_corruption_transform(cfg: Any, seed: int = 0,
                                 loader: str = 'test_dataloader') -> int:
     """Put ``ImageCorruption(corruption=None, seed=seed)`` right after
-    ``LoadImageFromFile`` in every pipeline of ``cfg[loader]``'s
-    dataset; returns how many were inserted. Persistent dataloader workers
-    are switched off, so that workers see the corruption switched between
-    evaluations.
+    ``LoadImageFromFile`` in every pipeline of ``cfg[loader]``'s dataset;
+    returns how many were inserted. Persistent workers are switched off,
+    so that workers see the corruption switched between evaluations.
 
     Raises:
-        InputError: a pipeline without ``LoadImageFromFile``, or one
-            that already has an ``ImageCorruption``.
+        InputError: a pipeline without ``LoadImageFromFile``, or with an
+            ``ImageCorruption`` already.
     """
     loader_cfg = cfg.get(loader, None)
     if not loader_cfg or 'dataset' not in loader_cfg:
@@ -90,15 +89,10 @@ def find_corruption_transforms(obj: Any) -> List[ImageCorruption]:
 
 class CorruptionStore(ResultsFolder):
     """A corruption benchmark's results (:class:`~..resume.ResultsFolder`):
-    ``results.json`` (setup, clean metrics, ``results[corruption]
-    [severity]`` metrics, summary), ``results.csv`` (one row per
-    evaluation), ``table.md`` and ``table.csv`` (corruption x severity),
-    rewritten after every evaluation.
-
-    ``setup`` keys in :attr:`MUST_MATCH` must equal those of a folder
-    being resumed; the grid (corruptions, severities) may change, and the
-    summary is over the grid asked for last.
-    """
+    ``results.json`` (setup, clean and ``results[corruption][severity]``
+    metrics, summary), ``results.csv`` (a row per evaluation),
+    ``table.md`` and ``table.csv``, rewritten after every evaluation. A
+    resumed folder may change the grid; the summary is over the last."""
 
     WHAT = 'corruption benchmark'
     MUST_MATCH = ('config', 'checkpoint', 'seed', 'cfg_options', 'metric')
@@ -169,11 +163,10 @@ class CorruptionStore(ResultsFolder):
                   'seconds']
         extra = sorted({k for r in rows for k in r} - set(fields))
         write_csv(osp.join(self.out_dir, 'results.csv'), fields + extra,
-                    rows)
+                  rows)
         values = self.values()
         table = table_rows(summary, values, self.severities)
-        write_csv(osp.join(self.out_dir, 'table.csv'), list(table[0]),
-                    table)
+        write_csv(osp.join(self.out_dir, 'table.csv'), list(table[0]), table)
         text = markdown_table(summary, values, self.severities, self.metric)
         write_text(osp.join(self.out_dir, 'table.md'), text)
 
@@ -188,17 +181,9 @@ class CorruptionStore(ResultsFolder):
 
 class CorruptionBenchmark:
     """Clean, then every (corruption, severity) of the grid not in
-    ``store`` yet: switch the pipeline's :class:`ImageCorruption`
-    transforms, ``evaluate()`` (e.g. a
-    :class:`~..evaluation.RunnerEvaluation`), save.
-
-    Args:
-        evaluate: returns the test metrics (with ``store.metric``).
-        transforms: the pipeline's :class:`ImageCorruption` instances
-            (:func:`find_corruption_transforms`).
-        store: where results go; its setup names the grid.
-        on_progress: called with a status line after each evaluation.
-    """
+    ``store`` yet: switch the pipeline's ``transforms``, ``evaluate()``
+    (e.g. a :class:`~..evaluation.RunnerEvaluation`), save; after each,
+    ``on_progress`` gets a status line."""
 
     KEEP = ('mIoU', 'aAcc', 'mAcc')
 
@@ -262,11 +247,8 @@ class CorruptionBenchmark:
 
 
 def build_corruption_runner(cfg: Any, checkpoint: str, seed: int = 0) -> Any:
-    """A Runner set up from ``cfg`` (a :func:`~mmseg_whitebox.engine.
-    runner_config.runner_config`, launcher included) as ``tools/test.py``
-    sets it up (:func:`~mmseg_whitebox.engine.runner_config.
-    build_test_runner`), with :class:`ImageCorruption` (``seed``) inserted
-    after ``LoadImageFromFile`` in the test pipeline."""
+    """The test Runner of ``cfg`` as ``tools/test.py`` sets it up, with
+    :class:`ImageCorruption` (``seed``) in its test pipeline."""
     return build_test_runner(
         cfg, checkpoint,
         prepare=lambda prepared: insert_corruption_transform(prepared, seed))

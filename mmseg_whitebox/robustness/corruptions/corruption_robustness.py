@@ -1,9 +1,6 @@
 """The corruption benchmark of ``tools/analysis_tools/
-test_corruption_robustness.py`` as one call: :func:`run_corruption_benchmark`
-checks the settings, builds the test Runner with :class:`ImageCorruption`
-in its pipeline (on the device and launcher the noise sweep takes), evaluates
-clean and every (corruption, severity) not in the results folder yet, saves
-after each, and plots ``corruption_robustness.png``."""
+test_corruption_robustness.py`` as one call:
+:func:`run_corruption_benchmark`."""
 from __future__ import annotations
 
 import os.path as osp
@@ -26,11 +23,8 @@ from .benchmark import (CorruptionBenchmark, CorruptionStore,
 @dataclass
 class CorruptionOptions:
     """What to evaluate and how: the options of ``tools/analysis_tools/
-    test_corruption_robustness.py`` under the same names (a field with
-    ``help`` is a flag made from it, see
-    :func:`mmseg_whitebox.cli.add_dataclass_args`; ``cfg_options``,
-    ``launcher``, ``device`` and the checkpoint checks' ``allow_*`` are
-    the flags every tool shares). Checked when made (:meth:`check`)."""
+    test_corruption_robustness.py``, as :class:`~..sweep_options.
+    NoiseSweepOptions` are the noise sweep's."""
     corruptions: Sequence[str] = field(default=('benchmark', ), metadata=dict(
         help='corruption names or groups (default: benchmark, the 15 '
         'ImageNet-C corruptions)'))
@@ -60,11 +54,9 @@ class CorruptionOptions:
         self.check()
 
     def check(self) -> None:
-        """The settings' one check (called when the options are made; call
-        it again after changing a field): ``corruptions`` resolved to
-        names, groups expanded (this needs the imagecorruptions package:
-        :class:`~mmseg_whitebox.utils.tool_error.ToolError`
-        without it), ``severities`` to sorted ints.
+        """Resolve ``corruptions`` to names (needs the imagecorruptions
+        package) and ``severities`` to sorted ints; call it again after
+        changing a field.
 
         Raises:
             InputError: naming the flag.
@@ -89,18 +81,11 @@ def run_corruption_benchmark(config: str,
                              options: Optional[CorruptionOptions] = None,
                              log: Callable[[str], None] = print
                              ) -> CorruptionStore:
-    """Run (or, with ``options.resume``, continue) the benchmark; returns
-    the store (``store.data``, ``store.summary()``, ``store.values()``).
-    Bad input raises a :class:`~mmseg_whitebox.utils.tool_error.ToolError`
-    where it is found: bad settings when the options are made, a missing
-    config or checkpoint and a results folder that is not to be written
-    (or resumed) before a model is built, a test pipeline the benchmark
-    cannot change or an evaluator without mIoU after. Any other error is
-    raised as it is. On Ctrl-C, what is finished is plotted before the
-    ``KeyboardInterrupt`` goes on. The device and the distributed set-up
-    are the noise sweep's (:func:`~mmseg_whitebox.engine.runner_config.
-    run_device` with ``options.launcher`` and ``options.device``): rank 0
-    writes the results, every rank evaluates its share."""
+    """Run (or, with ``options.resume``, continue) the benchmark: evaluate
+    clean and every (corruption, severity) not in the results folder yet,
+    saving after each, and plot ``corruption_robustness.png`` (also on
+    Ctrl-C); returns the store. Device, launcher and bad-input handling
+    are those of :func:`~..noise_robustness.run_noise_sweep`."""
     options = options or CorruptionOptions()
     if not osp.isfile(config):
         raise ToolError(f'config file {config!r} does not exist')

@@ -12,19 +12,11 @@ def corruption_summary(clean: Optional[float],
                        corruptions: Optional[Sequence[str]] = None,
                        severities: Optional[Sequence[int]] = None
                        ) -> Dict[str, Any]:
-    """mPC and rPC of one metric (as mmdetection's benchmark).
-
-    ``results[corruption][severity]`` is the metric under that corruption
-    (severity keys int or str). Over the grid ``corruptions`` x
-    ``severities`` (default: what ``results`` holds)::
-
-        mPC = 1 / (|C| |S|) * sum_c sum_s P(c, s)
-        rPC = mPC / P_clean
-
-    Also per corruption the mean over severities and per severity the
-    mean over corruptions. With points of the grid missing the means are
-    over those present and ``complete`` is False.
-    """
+    """mPC (the mean of ``results[corruption][severity]`` over the grid
+    ``corruptions`` x ``severities``, default: what ``results`` holds) and
+    rPC (mPC / clean), as mmdetection's benchmark; also the means per
+    corruption and per severity. With points missing the means are over
+    those present and ``complete`` is False."""
     if corruptions is None:
         corruptions = list(results)
     if severities is None:
@@ -59,9 +51,8 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
 def table_rows(summary: Dict[str, Any],
                results: Dict[str, Dict[Any, float]],
                severities: Sequence[int]) -> List[Dict[str, Any]]:
-    """One row per corruption (columns: severity 1..5 and their mean),
-    then the mean over corruptions (its mean is mPC) and the clean
-    reference; numbers as floats (None where missing)."""
+    """One row per corruption (each severity and their mean), then the
+    mean over corruptions (mPC) and clean; None where missing."""
     rows = []
     for c, mean in summary['per_corruption'].items():
         per = {int(s): v for s, v in results.get(c, {}).items()}
@@ -81,8 +72,7 @@ def markdown_table(summary: Dict[str, Any],
                    results: Dict[str, Dict[Any, float]],
                    severities: Sequence[int],
                    metric: str = 'mIoU') -> str:
-    """The table of :func:`table_rows` in Markdown, with mPC and rPC
-    below it."""
+    """:func:`table_rows` in Markdown, with mPC and rPC below."""
     rows = table_rows(summary, results, severities)
     head = ['corruption'] + [f'severity {s}' for s in severities] + ['mean']
     lines = [f'{metric} under corruption',
@@ -107,14 +97,13 @@ def corruption_figure(summary: Dict[str, Any],
                       results: Dict[str, Dict[Any, float]],
                       severities: Sequence[int],
                       title: Optional[str] = None, metric: str = 'mIoU'):
-    """The :class:`matplotlib.figure.Figure` of ``metric`` (a percentage,
-    axis 0 to 100) against severity, one line per corruption, with the
-    mean over corruptions per severity, the mPC and the clean value as
-    horizontal lines."""
+    """The :class:`matplotlib.figure.Figure` of ``metric`` against
+    severity: a line per corruption, their mean, and the mPC and clean
+    value as horizontal lines."""
     import matplotlib
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 5))  # no pyplot: nothing global to close
+    fig = Figure(figsize=(8, 5))
     ax = fig.subplots()
     cmap = matplotlib.colormaps['tab20']
     for i, c in enumerate(summary['per_corruption']):

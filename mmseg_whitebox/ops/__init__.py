@@ -1,9 +1,6 @@
-"""White-box attention operators, one file each; used by the decode heads
-and the encoders alike. Each returns the *update* of a residual step (the
-caller adds it to the tokens), except ISTA, which returns new tokens.
-MHSA (standard softmax attention), QKVCBSA (CBSA over a pretrained
-ViT's query/key/value projections) and MiTA (mixture-of-top-k attention)
-share that interface."""
+"""White-box attention operators, one a file, shared by heads and
+encoders. Each returns the *update* of a residual step, except ISTA, which
+returns new tokens."""
 from .cbsa import CBSA
 from .ista import ISTA
 from .mhsa import MHSA

@@ -1,7 +1,6 @@
 """Export-friendly forms of what the operators compute, used only while
-``torch.export`` or an ONNX exporter records the model
-(``tools/deployment/export_onnx.py``), and whether ``torch.compile``
-traces; the default path stays the paper's.
+``torch.export`` or an ONNX exporter records the model, and whether
+``torch.compile`` traces; the default path stays the paper's.
 """
 from __future__ import annotations
 
@@ -21,18 +20,16 @@ def exporting() -> bool:
 
 
 def compiling() -> bool:
-    """Whether ``torch.compile`` (dynamo) traces this call: then the eager
-    path's hand-made memory savings, which dynamo cannot trace and the
-    compiler makes itself, give way to the plain operation."""
+    """Whether ``torch.compile`` (dynamo) traces this call: then the
+    eager path's hand-made memory savings give way to plain operations."""
     if COMPILER_IS_COMPILING is not None:
         return bool(COMPILER_IS_COMPILING())
     return bool(torch._dynamo.is_compiling())  # torch < 2.3
 
 
 def pooling_weights(size: int, out: int, like: torch.Tensor) -> torch.Tensor:
-    """``(out, size)``: adaptive average pooling along one axis as a
-    matrix (cell ``i`` averages ``floor(i*size/out) <= j <
-    ceil((i+1)*size/out)``, as ``adaptive_avg_pool2d``)."""
+    """``(out, size)``: ``adaptive_avg_pool2d`` along one axis as a
+    matrix."""
     cell = torch.arange(out, device=like.device)
     start = torch.div(cell * size, out, rounding_mode='floor')
     end = torch.div((cell + 1) * size + out - 1, out, rounding_mode='floor')
@@ -43,11 +40,9 @@ def pooling_weights(size: int, out: int, like: torch.Tensor) -> torch.Tensor:
 
 def adaptive_avg_pool2d(grid: torch.Tensor,
                         out: Tuple[int, int]) -> torch.Tensor:
-    """``adaptive_avg_pool2d(grid, out)`` as ``P_h grid P_w^T``, for
-    export: the pooling cells are computed from the grid size in the graph
-    (standard ONNX ops, any ``H x W``), where exporters either refuse a
-    non-dividing grid (TorchScript) or bake the export size's cells in
-    (dynamo)."""
+    """``adaptive_avg_pool2d(grid, out)`` as ``P_h grid P_w^T``, cells
+    computed in the graph: exporters refuse a non-dividing grid
+    (TorchScript) or bake the export size's cells in (dynamo)."""
     h, w = grid.shape[-2:]
     rows = pooling_weights(h, out[0], grid)
     cols = pooling_weights(w, out[1], grid)

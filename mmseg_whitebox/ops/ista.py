@@ -1,11 +1,10 @@
-"""ISTA: the sparse-coding block of white-box encoders (CRATE eq. (17)).
+"""ISTA: the sparse-coding block of white-box encoders (CRATE eq. (17))::
 
     Z^{l+1} = ReLU(Z + eta D^T (Z - D Z) - eta lambda 1)
 
-one unrolled proximal-gradient step towards a sparse code of the tokens in
-a learnable dictionary ``D`` (``d x d``), with ``eta = lambda = 0.1`` as in
-CRATE. It replaces the MLP of a transformer block and has no residual
-connection of its own; CRATE and CBT encoders pair it with MSSA / CBSA.
+one proximal-gradient step towards a sparse code in a learnable dictionary
+``D`` (``d x d``; ``eta = lambda = 0.1`` as CRATE). It replaces the MLP and
+has no residual of its own.
 """
 from __future__ import annotations
 
@@ -27,10 +26,7 @@ class ISTA(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """``kaiming_uniform_`` with its defaults (a = 0: U(+-sqrt(6 / d))),
-        as CRATE (``model/crate.py:27-29``) and CBT
-        (``CBSA_image_classification/models.py:83-85``) draw the
-        dictionary."""
+        """``kaiming_uniform_`` defaults, as CRATE and CBT draw ``D``."""
         nn.init.kaiming_uniform_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

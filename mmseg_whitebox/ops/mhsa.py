@@ -1,11 +1,7 @@
 """MHSA: standard multi-head softmax self-attention (Vaswani et al. 2017;
-ViT), with the operator interface of the white-box operators.
-
-For white-box encoders that keep standard attention in some layers, and as
-the quadratic baseline: every token attends to every token,
-``softmax(Q K^T / sqrt(p)) V`` per head, then an output projection.
-Parameter names follow timm's ViT (``qkv``, ``out_proj`` for its
-``proj``), so pretrained weights map one to one
+ViT) with the white-box operator interface: the quadratic baseline, and
+standard layers in white-box encoders. Parameter names follow timm's ViT
+(``qkv``; ``out_proj`` for ``proj``), so pretrained weights map one to one
 (:mod:`mmseg_whitebox.converters.vit`).
 """
 from __future__ import annotations
@@ -18,9 +14,8 @@ import torch.nn.functional as F
 
 
 class QKVProjection(nn.Module):
-    """Query, key and value projections in one ``Linear(d -> 3*K*p)`` (the
-    layout of timm's and mmseg's ViTs), shared by :class:`MHSA` and
-    :class:`~mmseg_whitebox.ops.QKVCBSA`, and the output projection."""
+    """Query, key and value in one ``Linear(d -> 3*K*p)`` (timm's and
+    mmseg's layout) and the output projection."""
 
     def __init__(self,
                  dim: int,
@@ -71,8 +66,7 @@ class MHSA(QKVProjection):
         dim: token width ``d``.
         num_heads: ``K``.
         head_dim: ``p`` (default ``d // K``).
-        qkv_bias: biases on the query/key/value projection (timm's ViTs
-            have them).
+        qkv_bias: biases on the query/key/value projection (as timm).
         init_std: std of the truncated-normal initialisation.
     """
 
@@ -89,8 +83,7 @@ class MHSA(QKVProjection):
                 x: torch.Tensor,
                 hw: Optional[Tuple[int, int]] = None,
                 grid_start: int = 0) -> torch.Tensor:
-        """``(B, N, d)`` -> ``(B, N, d)``; every token attends alike, so the
-        grid arguments of the operator interface are not needed."""
+        """``(B, N, d)`` -> ``(B, N, d)``; ``hw``, ``grid_start`` unused."""
         q, k, v = self.project(x)
         return self.merge(
             F.scaled_dot_product_attention(q, k, v, scale=self.scale))

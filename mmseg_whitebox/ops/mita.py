@@ -2,51 +2,28 @@
 "Mixture-of-Top-k Attention: Efficient Attention via Scalable Fast
 Weights", arXiv 2602.01219; QishuaiWen/MiTA).
 
-A compress-and-route attention, per head, for queries ``q_i``, keys
-``k_j`` and values ``v_j`` (``p`` dimensions each):
+Per head, with landmarks ``r_1 .. r_M`` (the released "routers": the
+queries average-pooled to ``s x s`` cells), routed experts
+``S_m = top-k_j (r_m . k_j)``, top-1 routing ``e(i) = argmax_m (r_m . q_i)``
+and the shared expert ``a_m = sum_j softmax_j(r_m . k_j / sqrt(p)) v_j``,
+one softmax mixes both::
 
-* **landmarks** (the released code's "routers"): the queries
-  average-pooled over the token grid to ``s x s`` cells, ``r_1 .. r_M``
-  (``M = s^2``, 7x7 in MiTA-Segmenter);
-* **routed experts**: landmark ``m`` keeps the ``k`` keys it activates
-  most, ``S_m = top-k_j (r_m . k_j)``;
-* **top-1 routing**: query ``i`` goes to the landmark it activates most,
-  ``e(i) = argmax_m (r_m . q_i)``;
-* **shared expert** (agent attention): each landmark's compressed value
-  ``a_m = sum_j softmax_j(r_m . k_j / sqrt(p)) v_j``;
-* **mixture**: one softmax over the shared expert's ``M`` slots and the
-  routed expert's ``k`` keys::
+    y_i = ( sum_m exp(alpha_im) a_m + sum_{j in S_e(i)} exp(beta_ij) v_j )
+          / ( sum_m exp(alpha_im) + sum_{j in S_e(i)} exp(beta_ij) )
+    alpha_im = q_i . r_m / p,     beta_ij = q_i . k_j / sqrt(p)
 
-      y_i = ( sum_m exp(alpha_im) a_m + sum_{j in S_e(i)} exp(beta_ij) v_j )
-            / ( sum_m exp(alpha_im) + sum_{j in S_e(i)} exp(beta_ij) )
-      alpha_im = q_i . r_m / p,     beta_ij = q_i . k_j / sqrt(p)
+then the output projection. ``alpha`` is scaled twice, as the released
+``MixedAttention`` (keys ``r_m / sqrt(p)``, softmax scale ``1/sqrt(p)``),
+whose two flash-attention passes merged by their log-sum-exps are this
+joint softmax. ``shared_expert=False`` (the released
+``MiTA_Attention_Route``) takes the softmax over ``S_e(i)`` alone.
 
-  then the output projection. ``alpha`` is scaled twice (``1/p``): the
-  released ``MixedAttention`` is called with the keys ``r_m / sqrt(p)``
-  and a softmax scale of ``1/sqrt(p)`` (MiTA-Segmenter
-  ``segm/model/mita/mita_attention.py``, ``mita``), and it merges the two
-  flash-attention passes through their log-sum-exps
-  (``segm/model/mita/mixed_attention.py``), which is this joint softmax.
-  Without the shared expert (``shared_expert=False``, the released
-  ``MiTA_Attention_Route``) ``y_i`` is the softmax over ``S_e(i)`` alone.
-
-Where this differs from the released code, and why:
-
-* pure torch (gathers and a softmax): no flash-attn, any device; float32
-  (float64 in the equality tests), where the released forward casts to
-  float16 inside the layer. Under a float16 autocast the attention is
-  computed in float32 from the autocast projections (products of
-  queries and keys of a few hundred overflow float16).
-* any ``H x W`` grid and any number of extra tokens before or after it;
-  the released code accepts only 32x32 or 40x40 grids with one leading
-  class token (or 150 trailing ones). ``router_pool='leading'`` pools the
-  first ``H x W`` tokens of the sequence, as the released encoder does
-  (``q[:, :-1]``: the class token first, the last patch left out);
-  ``'grid'`` pools the patch grid.
-* ``k`` larger than the number of tokens selects every token.
-* ties: the released routing takes ``torch.argmax`` (the first maximal
-  landmark), as here; among keys tied at the top-k boundary both take
-  whichever ``torch.topk`` returns (random inputs have none).
+Unlike the released code: pure torch on any device, without its float16
+cast (under a float16 autocast the attention runs in float32); any
+``H x W`` grid with any extra tokens around it (``router_pool='leading'``
+pools the first ``H x W`` tokens, as the released encoder); ``k`` above
+the token count selects every token. Ties go as ``torch.argmax`` and
+``torch.topk`` decide, as released.
 """
 from __future__ import annotations
 
@@ -63,8 +40,7 @@ ROUTER_POOLS = ('grid', 'leading')
 
 
 def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x[b, h, index[b, h, i, j]]``: ``(B, K, N, p)`` tokens at
-    ``(B, K, I, J)`` indices -> ``(B, K, I, J, p)``."""
+    """``x[b, h, index[b, h, i, j]]``: ``(B, K, I, J, p)``."""
     b, k, i, j = index.shape
     flat = index.reshape(b, k, i * j, 1).expand(-1, -1, -1, x.shape[-1])
     return torch.gather(x, 2, flat).view(b, k, i, j, x.shape[-1])
@@ -75,18 +51,13 @@ class MiTA(QKVProjection):
 
     Args:
         dim, num_heads, head_dim, qkv_bias, init_std: as :class:`~.MHSA`
-            (same parameters and names: a pretrained ViT's attention loads
-            one to one).
-        pool_size: ``s``, the landmarks' ``s x s`` grid (``(sh, sw)``
-            allowed); 7 in the released MiTA attention, 9 in its
-            route-only variant.
-        kv_topk: keys per routed expert ``k``; default ``sh * sw`` (the
-            released ``kv_topk = num_expert``; the route-only variant
-            takes twice that).
-        shared_expert: mix in the compressed agent attention (MiTA);
-            ``False`` is the released route-only variant.
-        router_pool: ``'grid'`` (the patch grid) or ``'leading'`` (the
-            first ``H x W`` tokens, as the released encoder pools).
+            (a pretrained ViT's attention loads one to one).
+        pool_size: ``s`` or ``(sh, sw)``, the landmarks' grid (released:
+            7; route-only variant 9).
+        kv_topk: keys per routed expert; default ``sh * sw`` (released;
+            the route-only variant takes twice that).
+        shared_expert: mix in the shared expert; ``False``: route-only.
+        router_pool: ``'grid'`` or ``'leading'`` (module docstring).
     """
 
     def __init__(self,
@@ -131,8 +102,7 @@ class MiTA(QKVProjection):
                routers: torch.Tensor) -> torch.Tensor:
         """The mixture of the module docstring, ``(B, K, N, p)``."""
         topk = min(self.kv_topk, k.shape[2])
-        # routed experts: each landmark's top-k keys (the ranking needs no
-        # scale); every query takes the expert of its top-1 landmark
+        # the ranking needs no scale
         selected = torch.topk(routers @ k.mT, topk, dim=-1,
                               sorted=False).indices  # (B, K, M, k)
         expert = torch.argmax(routers @ q.mT, dim=-2)  # (B, K, N)

@@ -1,17 +1,13 @@
-"""MSSA: multi-head subspace self-attention (CRATE, Yu et al. 2023).
+"""MSSA: multi-head subspace self-attention (CRATE, Yu et al. 2023),
+eq. (11)-(12)::
 
-CRATE eq. (11)-(12)::
+    SSA(Z | U_k) = (U_k^T Z) softmax((U_k^T Z)^T (U_k^T Z))
+    MSSA(Z | U)  = p/(N eps^2) [U_1 .. U_K] [SSA(Z | U_1); ..; SSA(Z | U_K)]
 
-    SSA(Z | U_k)  = (U_k^T Z) softmax((U_k^T Z)^T (U_k^T Z))
-    MSSA(Z | U)   = p/(N eps^2) [U_1, ..., U_K] [SSA(Z | U_1); ...; SSA(Z | U_K)]
-
-and eq. (10), the residual gradient step ``Z + MSSA(Z)`` it unrolls. Query,
-key and value are all ``U_k^T Z`` (scaled by ``1/sqrt(p)`` inside the softmax,
-as the published code). DEPICT (Wen & Li, NeurIPS 2024) uses it as a
-segmentation decoder with the tied projection back through ``U`` and one
-learnable scalar step size (which absorbs ``p/(N eps^2)``);
-:class:`CrossMSSA` is DEPICT-CA's cross-attention form, in which class
-embeddings query the patch tokens through the same bases.
+the residual step ``Z + MSSA(Z)`` of eq. (10); scaled by ``1/sqrt(p)``
+inside the softmax, as published. DEPICT (Wen & Li, NeurIPS 2024) decodes
+with it: tied projection back and a learnable step size absorbing
+``p/(N eps^2)``; :class:`CrossMSSA` is DEPICT-CA's cross-attention form.
 """
 from __future__ import annotations
 
@@ -29,12 +25,9 @@ class MSSA(SubspaceAttention):
 
     Args:
         dim, num_heads, head_dim, out_proj, basis_init, init_std: see
-            :class:`SubspaceAttention`. Defaults follow DEPICT: tied
-            projection, bases initialised N(0, 1/d).
-        step_size: learn a scalar step size multiplying the attention
-            output before the projection back (with the tied projection:
-            the whole update; DEPICT's ``step_size``, initialised N(0, 1)
-            as published).
+            :class:`SubspaceAttention` (defaults: DEPICT's).
+        step_size: a learnable scalar on the attention output (DEPICT's
+            ``step_size``, N(0, 1)).
     """
 
     def __init__(self,
@@ -63,9 +56,8 @@ class MSSA(SubspaceAttention):
                 x: torch.Tensor,
                 hw: Optional[Tuple[int, int]] = None,
                 grid_start: int = 0) -> torch.Tensor:
-        """``x``: ``(B, N, d)`` -> the MSSA update ``(B, N, d)``. Every
-        token attends alike: the grid arguments of the operator interface
-        (``hw``, ``grid_start``) are not needed."""
+        """``(B, N, d)`` -> the update ``(B, N, d)``; ``hw`` and
+        ``grid_start`` are unused."""
         w = self.project(x)
         return self._attend(w, w)
 

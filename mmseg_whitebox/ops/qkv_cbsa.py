@@ -1,31 +1,20 @@
 """CBSA with query, key and value projections: a pretrained ViT's attention
 made linear in the number of tokens (CBSA paper, Fig. 9 and Sec. 3.3).
 
-The CBSA paper adapts pretrained ViTs "into CBSA style" by keeping the
-MHSA's three projections ``W_q, W_k, W_v`` instead of one shared basis
-``U_k``. Every step of CBSA (eq. 5-8) then reads the tokens through the
-projection of its role, per head ``k``:
+The paper adapts pretrained ViTs by keeping the MHSA's ``W_q, W_k, W_v``
+instead of one basis ``U_k``; every step of CBSA (eq. 5-8) reads the
+tokens through the projection of its role, per head::
 
-* initialisation: ``R_x = sg(avgpool(X_grid))`` for ``X`` in ``Q, K, V``:
-  the representatives are points pooled from the token grid, and each
-  projection sees them (the pooled projection is the projection of the
-  pooled tokens);
-* extraction, eq. (5): the representatives query the tokens' keys,
-  ``A = softmax(R_q K^T / sqrt(p))`` over tokens, and gather in every role,
-  ``R_x <- R_x + eta_k A X``;
-* contraction, eq. (8): self-attention among the representatives,
-  ``C = softmax(R_q R_k^T / sqrt(p)) R_v``;
-* broadcast: with distinct projections the extraction weights no longer
-  serve as the way back (the paper's footnote 8), so every token queries
-  the representatives' keys: ``update = kappa_k softmax(Q R_k^T / sqrt(p)) C``,
+    R_x = sg(avgpool(X_grid)),  X in {Q, K, V}
+    eq. (5):  R_x <- R_x + eta_k A X,     A = softmax_tokens(R_q K^T / sqrt(p))
+    eq. (8):  C = softmax(R_q R_k^T / sqrt(p)) R_v
+    update = kappa_k softmax(Q R_k^T / sqrt(p)) C
 
-then the pretrained output projection. With the tokens themselves as
-representatives (``R = Q, K, V``) and identity coefficients, the
-contraction is the softmax attention of the MHSA it replaces (Sec. 3.3;
-the broadcast then attends over its result once more); with ``m``
-representatives it costs ``O(N m p K)``. Without
-the contraction it is the paper's "CBSA without contraction", an Agent
-Attention.
+then the pretrained output projection. With distinct projections the
+extraction weights cannot broadcast back (footnote 8), so tokens query the
+representatives' keys. With the tokens as representatives the contraction
+is the replaced MHSA's attention (Sec. 3.3); cost ``O(N m p K)``. Without
+it: the paper's "CBSA without contraction", an Agent Attention.
 """
 from __future__ import annotations
 
@@ -45,17 +34,13 @@ class QKVCBSA(QKVProjection):
     Args:
         dim, num_heads, head_dim, qkv_bias, init_std: as :class:`~.MHSA`
             (whose weights it takes over one to one).
-        rep_grid: ``(rh, rw)`` grid of representatives (8x8 at 224, as the
-            paper's adapted ViTs).
-        step_init: initial value of the step sizes ``eta_k``, ``kappa_k``
-            (1: the released fine-tuning code's unit steps, a natural start
-            from pretrained weights); ``None`` draws them N(0, 1) as CBSA.
-        rep_stop_grad: stop the gradient through the pooled initial
-            representatives (eq. 5's ``sg``).
+        rep_grid: ``(rh, rw)`` representatives (8x8 at 224, as the paper).
+        step_init: initial ``eta_k``, ``kappa_k`` (1: the released
+            fine-tuning code's unit steps); ``None`` draws N(0, 1).
+        rep_stop_grad: eq. (5)'s ``sg`` on the pooled representatives.
     """
 
-    #: parameters a converted ViT checkpoint does not have (the step sizes;
-    #: everything else is the pretrained attention's)
+    #: parameters a converted ViT checkpoint does not have
     added_parameters = ('eta', 'kappa')
 
     def __init__(self,
@@ -87,9 +72,8 @@ class QKVCBSA(QKVProjection):
 
     def contract(self, r_q: torch.Tensor, r_k: torch.Tensor,
                  r_v: torch.Tensor) -> torch.Tensor:
-        """Contraction among the representatives, eq. (8) with distinct
-        projections: ``softmax(R_q R_k^T / sqrt(p)) R_v``, ``(B, K, m, p)``.
-        With the tokens as representatives: softmax attention."""
+        """Eq. (8) with distinct projections: ``softmax(R_q R_k^T /
+        sqrt(p)) R_v``, ``(B, K, m, p)``."""
         return F.scaled_dot_product_attention(r_q, r_k, r_v,
                                               scale=self.scale)
 
@@ -110,11 +94,9 @@ class QKVCBSA(QKVProjection):
                                                   scale=self.scale)
         r_q, r_k, r_v = (reps + self.eta * gathered).split(p, dim=-1)
         contraction = self.contract(r_q, r_k, r_v)
-        # broadcast: every token queries the representatives' keys. Under
-        # autocast the step sizes make r_k and the contraction float32 while
-        # q is in the autocast dtype: newer torch autocasts the fused
-        # attention to q's dtype, torch 2.1 refuses mixed dtypes, so both
-        # are cast to q's dtype here (a no-op without autocast)
+        # broadcast: tokens query the representatives' keys. Under autocast
+        # the step sizes make r_k and the contraction float32: cast to q's
+        # dtype (torch 2.1 refuses mixed dtypes)
         out = F.scaled_dot_product_attention(
             q, r_k.to(q.dtype), (self.kappa * contraction).to(q.dtype),
             scale=self.scale)

@@ -1,12 +1,10 @@
 """What every white-box attention operator shares: subspace bases.
 
-MSSA, TSSA and CBSA all read tokens through ``K`` learnable subspace bases
-``U_k in R^{d x p}`` (CRATE Sec. 2.3, CBSA Sec. 2): one ``Linear(d -> K*p)``
-without bias computes every ``U_k^T z`` at once. The way back to ``R^d`` is
-either the rigorous one, ``sum_k U_k (.)`` through the same bases (tied), or
-the over-parameterised independent ``Linear(K*p -> d)`` that CRATE, ToST and
-CBSA use by default for accuracy (CBSA paper, Sec. 4 "Implementation
-detail").
+MSSA, TSSA and CBSA read tokens through ``K`` learnable bases
+``U_k in R^{d x p}`` (CRATE Sec. 2.3, CBSA Sec. 2), one bias-free
+``Linear(d -> K*p)``. The way back to ``R^d`` is the rigorous
+``sum_k U_k (.)`` (tied) or the over-parameterised ``Linear(K*p -> d)``
+that CRATE, ToST and CBSA use by default (CBSA paper, Sec. 4).
 """
 from __future__ import annotations
 
@@ -28,18 +26,15 @@ class SubspaceAttention(nn.Module):
         dim: token width ``d``.
         num_heads: number of subspaces ``K``.
         head_dim: subspace dimension ``p``.
-        out_proj: ``'linear'`` (an independent ``Linear(K*p, d)`` with bias,
-            named ``out_proj``) or ``'tied'`` (back through ``U``; no extra
-            parameters).
-        basis_init: ``'trunc_normal'`` (std ``init_std``, as mmseg/Segmenter
-            initialise Linear layers), ``'scaled_normal'`` (N(0, 1/d), as
-            the DEPICT code), or ``'orthogonal'`` (orthonormal bases, the
-            paper's ``U_k in O(d, p)``; needs ``K*p <= d`` for exact
-            orthogonality, otherwise rows are orthonormal).
+        out_proj: ``'linear'`` (``Linear(K*p, d)`` named ``out_proj``) or
+            ``'tied'`` (back through ``U``).
+        basis_init: ``'trunc_normal'`` (std ``init_std``, as mmseg and
+            Segmenter), ``'scaled_normal'`` (N(0, 1/d), as DEPICT) or
+            ``'orthogonal'`` (the paper's ``U_k in O(d, p)``; exact for
+            ``K*p <= d``).
         init_std: std for ``'trunc_normal'`` and for ``out_proj``.
-        proj_bias: add a bias to ``U^T z`` (``proj.bias``, initialised
-            to zero). The equations have none; ToST's released vision code
-            has one (see :class:`~.tssa.TSSA`).
+        proj_bias: a zero-initialised bias on ``U^T z`` (ToST's released
+            code, :class:`~.tssa.TSSA`).
     """
 
     def __init__(self,
@@ -72,7 +67,6 @@ class SubspaceAttention(nn.Module):
                          if out_proj == 'linear' else None)
 
     def reset_parameters(self) -> None:
-        """Initialise the bases and the output projection."""
         weight = self.proj.weight
         if self.basis_init == 'trunc_normal':
             nn.init.trunc_normal_(weight, std=self.init_std)
@@ -87,23 +81,20 @@ class SubspaceAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z`` (a view of one
-        ``(B, N, K*p)`` product)."""
+        """``(B, N, d) -> (B, K, N, p)``: every ``U_k^T z``."""
         b, n, _ = x.shape
         z = self.proj(x).view(b, n, self.num_heads, self.head_dim)
         return z.transpose(1, 2)
 
     def back_weight(self) -> torch.Tensor:
-        """``(K*p, d)``: the way from the subspace coordinates back to
-        ``R^d``: the bases ``U`` themselves when tied, the transposed
-        weight of the output linear otherwise."""
+        """``(K*p, d)``: ``U`` when tied, else the output linear's
+        transposed weight."""
         if self.out_proj is None:
             return self.proj.weight
         return self.out_proj.weight.t()
 
     def back_per_subspace(self, z: torch.Tensor) -> torch.Tensor:
-        """``(B, K, M, p) -> (B, K, M, d)``: ``U_k z`` (or the output
-        linear's ``k``-th block) for each subspace separately; no sum over
+        """``(B, K, M, p) -> (B, K, M, d)``, per subspace: no sum over
         ``k``, no bias."""
         back = self.back_weight().view(self.num_heads, self.head_dim,
                                        self.dim)
@@ -112,14 +103,10 @@ class SubspaceAttention(nn.Module):
     def project_back(self,
                      z: torch.Tensor,
                      gain: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``(B, K, N, p) -> (B, N, d)``: ``sum_k U_k z_k`` when tied, the
-        over-parameterised linear map otherwise.
-
-        ``gain`` (broadcastable to ``(B, K, 1, p)``: a step size, or a
-        per-direction rescaling) multiplies the coordinates first; it is
-        folded into the ``K*p x d`` weights, so no ``N``-sized tensor is
-        scaled.
-        """
+        """``(B, K, N, p) -> (B, N, d)`` through :meth:`back_weight`.
+        ``gain`` (broadcastable to ``(B, K, 1, p)``) multiplies the
+        coordinates first, folded into the weights (no ``N``-sized
+        product)."""
         b, k, n, p = z.shape
         flat = z.transpose(1, 2).reshape(b, n, k * p)
         weight = self.back_weight()

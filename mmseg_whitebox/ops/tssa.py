@@ -1,19 +1,15 @@
-"""TSSA: token statistics self-attention (ToST, Wu et al., ICLR 2025).
-
-ToST eq. (10) (the TSSA operator) and Algorithm 1 (Appendix E)::
+"""TSSA: token statistics self-attention (ToST, Wu et al., ICLR 2025),
+eq. (10) and Algorithm 1 (Appendix E)::
 
     TSSA(Z | U) = -(tau / n) sum_k U_k D(Z, pi_k | U_k) U_k^T Z Diag(pi_k)
 
-with ``pi`` the soft assignment of each token to the ``K`` subspaces
-(softmax over subspaces of the token's normalised energy in each, with a
-learnable temperature per subspace) and ``D`` a diagonal matrix
-``1 / (1 + E_pi[(U_k^T z)^2])`` of per-direction second moments: tokens are
-rescaled per channel, never compared pairwise, so cost is linear in ``N``.
-The projection back is the over-parameterised ``Linear`` of the published
-code (its ``to_out``). The released vision code (``tost_vision/tost.py``,
-``AttentionTSSA``, built with ``qkv_bias=True`` by every ``tost_cab_*``
-model) also adds a bias to ``U^T z``, which eq. (10) does not have:
-``proj_bias=True`` gives it (the ToST encoder configs set it).
+``pi``: each token's soft assignment to the ``K`` subspaces (softmax of its
+normalised energy in each, learnable temperature per subspace);
+``D = 1 / (1 + E_pi[(U_k^T z)^2])`` per direction. Tokens are rescaled,
+never compared pairwise: linear in ``N``. The way back is the published
+``to_out`` Linear. The released vision code (``AttentionTSSA``,
+``qkv_bias=True``) also biases ``U^T z``, which eq. (10) does not:
+``proj_bias=True`` (the ToST encoder configs).
 """
 from __future__ import annotations
 
@@ -32,9 +28,8 @@ class TSSA(SubspaceAttention):
     Args:
         dim, num_heads, head_dim, out_proj, basis_init, init_std: see
             :class:`SubspaceAttention`.
-        eps: added to the membership mass, as the published code (1e-8).
-        proj_bias: a bias on ``U^T z`` (the released ``qkv`` bias); off
-            by default, as eq. (10).
+        eps: added to the membership mass (published: 1e-8).
+        proj_bias: the released code's bias on ``U^T z`` (module doc).
     """
 
     def __init__(self,
@@ -59,10 +54,9 @@ class TSSA(SubspaceAttention):
     def memberships(self, w: torch.Tensor,
                     w_squared: Optional[torch.Tensor] = None
                     ) -> torch.Tensor:
-        """``pi``: ``(B, K, N)``, each token's soft assignment to the
-        subspaces (sums to 1 over ``K``): a softmax over subspaces of the
-        token's energy in each, with every direction normalised over the
-        tokens first (the published ``normalize(w, dim=-2)``)."""
+        """``pi``: ``(B, K, N)``, a softmax over subspaces of each token's
+        energy, every direction normalised over the tokens first (the
+        published ``normalize(w, dim=-2)``)."""
         if w_squared is None:
             w_squared = w * w
         # sum_p w_np^2 / ||w_:p||^2, the squared norms clamped as normalize
@@ -75,19 +69,12 @@ class TSSA(SubspaceAttention):
                 x: torch.Tensor,
                 hw: Optional[Tuple[int, int]] = None,
                 grid_start: int = 0) -> torch.Tensor:
-        """``x``: ``(B, N, d)`` -> the TSSA update ``(B, N, d)`` (token
-        statistics need no grid: ``hw`` and ``grid_start`` are unused).
-
-        Linear in ``N``: the statistics are ``p``-vectors per subspace, and
-        the per-direction rescaling ``-1 / (1 + E_pi[(U_k^T z)^2])`` is
-        folded into the projection back rather than applied to every
-        token."""
+        """``(B, N, d)`` -> the update ``(B, N, d)``; ``hw`` and
+        ``grid_start`` are unused. The rescaling is folded into the
+        projection back, not applied to every token."""
         w = self.project(x)  # (B, K, N, p)
         if precision.float16_autocast(w):
-            # float16 autocast: the squares and their sums over the tokens
-            # overflow 65504 (coordinates above 256, or many tokens), so the
-            # statistics are computed in float32; the memberships, in
-            # [0, 1], are cast back. tests/test_mixed_precision.py
+            # the sums of squares overflow float16 (module precision)
             with precision.autocast_off(w):
                 pi, gain = self.statistics(w.float())
             pi = pi.to(w.dtype)
@@ -97,9 +84,8 @@ class TSSA(SubspaceAttention):
 
     def statistics(self, w: torch.Tensor
                    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The memberships ``pi`` ``(B, K, N)`` and the per-direction
-        rescaling ``-1 / (1 + E_pi[(U_k^T z)^2])`` ``(B, K, 1, p)`` of the
-        subspace coordinates ``w`` ``(B, K, N, p)``."""
+        """``pi`` ``(B, K, N)`` and the rescaling ``-1 / (1 +
+        E_pi[(U_k^T z)^2])`` ``(B, K, 1, p)`` of ``w`` ``(B, K, N, p)``."""
         w_squared = w * w
         pi = self.memberships(w, w_squared)
         weights = pi / (pi.sum(-1, keepdim=True) + self.eps)

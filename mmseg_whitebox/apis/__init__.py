@@ -1,11 +1,8 @@
 """Helpers on top of ``mmseg.apis``: training and testing as the tools do
-(:func:`train_model`, :func:`evaluate_checkpoint`), the image demo
-(overlays of single images or folders), and, from
-:mod:`mmseg_whitebox.engine`, the model-name index that lets
-``MMSegInferencer(model=<config name>)`` find this project's configs and
-:func:`config_path` / :func:`read_config` for what takes a config file
-(``init_model``, the tools).
-(``image_demo`` is imported on use: it loads mmseg's visualizer.)"""
+(:func:`train_model`, :func:`evaluate_checkpoint`), the model-name index
+that lets ``MMSegInferencer(model=<config name>)`` find this project's
+configs, and :func:`config_path` / :func:`read_config`. ``image_demo`` is
+imported on use (it loads mmseg's visualizer)."""
 from mmseg_whitebox.apis.evaluation import evaluate_checkpoint
 from mmseg_whitebox.apis.training import train_model
 from mmseg_whitebox.engine.config import read_config

@@ -1,32 +1,22 @@
 """The embedded demo behind ``make demo`` as one call, on CPU.
 
-:func:`run_demo` does, in this process, what a user would do with the
+:func:`run_demo` does in this process what a user would do with the
 tools:
 
 1. writes the synthetic ADE20K-layout dataset, context variant (a shape's
    class depends on a landmark elsewhere in the image);
-2. trains each demo model (:data:`~.demo_models.DEMO_MODELS`; by default
-   the Segmenter baseline, the CBSA (CBT) head and the rigorous CBSA
-   (CBT-dagger) head on the same demo encoder) as ``tools/train.py`` does
-   (:func:`~.training.train_model`); a finished run in the output folder
-   is reused unless ``retrain``;
-3. tests each as ``tools/test.py`` does (:func:`~.evaluation.
-   evaluate_checkpoint`): mIoU next to chance level, decoder parameters
-   and decoder GFLOPs at 512x512 (mmengine's analysis);
-4. runs single-image inference through ``mmseg.apis`` and saves an
-   overlay PNG (ground truth | prediction, painted by mmseg's visualizer)
-   with a legend of the classes present;
+2. trains each demo model (:data:`~.demo_models.DEMO_MODELS`) as
+   ``tools/train.py`` does; a finished run is reused unless ``retrain``;
+3. tests each as ``tools/test.py`` does: mIoU next to chance level,
+   decoder parameters and GFLOPs at 512x512;
+4. saves a single-image overlay (ground truth | prediction);
 5. sweeps each model over decoder-attention noise as
-   ``tools/noise_robustness.py`` does (clean, attention-removed and noisy
-   mIoU, attention usage) and overlays the sweeps in one plot.
+   ``tools/noise_robustness.py`` does and plots the sweeps together.
 
-The encoder keeps its random initialisation (unless ``train_encoder``),
-so whatever context the task needs has to be gathered by the decoder's
-attention: every compared attention is in use (removing it costs mIoU), a
-setting in which a robustness claim about that attention is informative.
-With the encoder trained, the encoder solves the context and the CBSA
-heads' attention goes unused. :func:`format_demo_results` is the table the
-tool prints, headed by what removing each attention costs.
+The encoder keeps its random initialisation (unless ``train_encoder``), so
+the context the task needs must be gathered by the decoder's attention:
+every compared attention is in use, and a robustness claim about it is
+informative. :func:`format_demo_results` is the table the tool prints.
 """
 from __future__ import annotations
 
@@ -37,10 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from mmseg_whitebox.datasets.synthetic_ade20k import (SyntheticADE20KSpec,
-                                                      chance_miou,
-                                                      generate_synthetic_ade20k,
-                                                      load_meta, sample_name)
+from mmseg_whitebox.datasets.synthetic_ade20k import (
+    SyntheticADE20KSpec, chance_miou, generate_synthetic_ade20k, load_meta,
+    sample_name)
 from mmseg_whitebox.engine.hooks import LAST_CHECKPOINT
 from mmseg_whitebox.engine.model_index import config_path
 from mmseg_whitebox.engine.runner_config import (ensure_custom_hook,
@@ -55,23 +44,17 @@ from .evaluation import evaluate_checkpoint
 from .training import train_model
 
 Log = Callable[[str], None]
-#: the noise levels each demo model is swept over
 SWEEP_SIGMAS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
-#: the summary file in the output folder
 SUMMARY = 'summary.json'
 #: the test metrics the summary keeps
 METRICS = ('mIoU', 'aAcc', 'mAcc')
 
 
-def _context_data() -> SyntheticADE20KSpec:
-    return SyntheticADE20KSpec(variant='context')
-
-
 @dataclass
 class DemoOptions:
-    """The options of ``tools/misc/demo.py`` under the same names
-    (``sweep=False`` is ``--no-sweep``); ``dataset`` (the synthetic data
-    to generate) is the library's only. Checked when made."""
+    """The options of ``tools/misc/demo.py`` (``sweep=False`` is
+    ``--no-sweep``; ``dataset`` is the library's only), checked when
+    made."""
     out: str = field(default='work_dirs/demo', metadata=dict(
         help='output folder (default: work_dirs/demo)', metavar='DIR'))
     data_root: str = field(default='data/synthetic-context', metadata=dict(
@@ -100,9 +83,9 @@ class DemoOptions:
         'the CBSA heads\' attention goes unused; use another --out'))
     retrain: bool = field(default=False, metadata=dict(
         help='train (and sweep) again even if finished runs exist'))
-    dataset: SyntheticADE20KSpec = field(default_factory=_context_data)
-    #: more config options for every run (``--cfg-options``), over the
-    #: demo's own
+    dataset: SyntheticADE20KSpec = field(
+        default_factory=lambda: SyntheticADE20KSpec(variant='context'))
+    #: config options of every run (``--cfg-options``), over the demo's
     cfg_options: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
@@ -115,12 +98,10 @@ class DemoOptions:
                     f'models are {", ".join(DEMO_MODELS)}')
         if self.iters is not None and self.iters < 1:
             raise InputError(f'--iters must be >= 1, got {self.iters}')
-        # the sweep's own checks (draws, sigmas), before any work
-        self.sweep_options(label='', out='')
+        self.sweep_options(label='', out='')  # its checks, before any work
 
     def run_options(self, data_root: str) -> Dict[str, Any]:
-        """The config options of every run: the data, then
-        ``cfg_options``."""
+        """The config options of every run: the data, ``cfg_options``."""
         return {**data_options(data_root), **(self.cfg_options or {})}
 
     def sweep_dir(self, name: str) -> str:
@@ -145,10 +126,9 @@ def final_checkpoint(work_dir: str) -> Optional[str]:
 
 def run_demo(options: Optional[DemoOptions] = None,
              log: Log = print) -> Dict[str, Any]:
-    """Run the demo (see the module docstring); returns the summary that
-    is also written to ``<out>/summary.json``: the data, chance mIoU and,
-    per model, its config, checkpoint, metrics, decoder size, overlay and
-    sweep (clean, removed, usage per layer, mIoU per sigma)."""
+    """Run the demo; returns the summary also written to
+    ``<out>/summary.json``: the data, chance mIoU and, per model, its
+    config, checkpoint, metrics, decoder size, overlay and sweep."""
     options = options or DemoOptions()
     start = time.time()
     check_writable_folder(options.out, '--out')
@@ -186,9 +166,7 @@ def run_demo(options: Optional[DemoOptions] = None,
 
 
 def _check_same_encoder_setting(options: DemoOptions) -> None:
-    """Refuse to reuse ``--out``'s finished runs if they were trained with
-    the other encoder setting (their figures would be reported as this
-    one's)."""
+    """Refuse ``--out``'s finished runs of the other encoder setting."""
     previous = osp.join(options.out, SUMMARY)
     if options.retrain or not osp.isfile(previous):
         return
@@ -203,7 +181,6 @@ def _check_same_encoder_setting(options: DemoOptions) -> None:
 
 def _train_and_test(name: str, options: DemoOptions, data_root: str,
                     log: Log) -> Dict[str, Any]:
-    """Steps 2 to 4 for one demo model."""
     from mmseg.apis import init_model
     config = DEMO_MODELS[name]
     path = config_path(config)
@@ -241,9 +218,8 @@ def _train_and_test(name: str, options: DemoOptions, data_root: str,
 
 
 def _decoder_complexity(model: Any) -> Dict[str, float]:
-    """Decoder params and GFLOPs (mmengine, multiply-adds) on the features
-    of a 512x512 image: as many feature maps as the encoder outputs (two
-    for ANN), each of its width."""
+    """Decoder params and GFLOPs (multiply-adds) on the features of a
+    512x512 image (as many maps as the encoder outputs)."""
     import torch
 
     from mmseg_whitebox.analysis import decode_head_complexity
@@ -259,9 +235,8 @@ def _decoder_complexity(model: Any) -> Dict[str, float]:
 
 def _infer_and_draw(model: Any, data_root: str,
                     out_file: str) -> Dict[str, Any]:
-    """Single-image inference through mmseg.apis; the overlay (ground
-    truth | prediction, painted by mmseg's visualizer) names the model and
-    has a legend of the classes present."""
+    """Single-image inference through mmseg.apis, drawn as ground truth |
+    prediction with a legend."""
     import mmcv
     import numpy as np
     from mmseg.apis import inference_model
@@ -287,8 +262,7 @@ def _infer_and_draw(model: Any, data_root: str,
 
 def _sweep(name: str, model: Dict[str, Any], options: DemoOptions,
            data_root: str, log: Log) -> Dict[str, Any]:
-    """Step 5 for one model: its sweep (continued where a finished or
-    interrupted one left off, unless ``retrain``), summarised."""
+    """One model's sweep, resumed unless ``retrain``, summarised."""
     from mmseg_whitebox.robustness import run_noise_sweep
     out = options.sweep_dir(name)
     results = osp.join(out, 'results.json')
@@ -321,11 +295,9 @@ def _plot_sweeps(names: Sequence[str], options: DemoOptions) -> str:
 
 def removal_verdict(name: str, robustness: Dict[str, Any],
                     sigmas: Sequence[float]) -> str:
-    """One model's headline: the mIoU its decoder attention's removal
-    costs, and whether that attention is in use (then its sigma_50, the
-    noise that halves the clean mIoU, is informative), unused (then its
-    robustness says nothing) or in use but harmful (removing it raises
-    mIoU)."""
+    """One model's headline: what removing its decoder attention costs,
+    and whether that attention is in use (then its sigma_50 is
+    informative), unused, or in use but harmful."""
     from mmseg_whitebox.robustness import attention_unused
     from mmseg_whitebox.robustness.summary import (fmt_sigma50,
                                                    sigma_at_fraction)
@@ -349,10 +321,8 @@ def removal_verdict(name: str, robustness: Dict[str, Any],
 
 
 def format_demo_results(summary: Dict[str, Any]) -> str:
-    """The tables the tool prints: each model's decoder size and metrics,
-    its mIoU under noise with the clean and attention-removed references,
-    then per model what removing its attention costs (:func:`removal_verdict`),
-    and where the plot and overlays are."""
+    """The tables the tool prints: decoder size and metrics, mIoU under
+    noise, :func:`removal_verdict` per model, and the files written."""
     lines = ['', '== results on the synthetic validation set '
              f'(chance mIoU {summary["chance_miou"]:.2f})',
              f'{"model":<16}{"decoder params":>16}{"GFLOPs@512":>12}'

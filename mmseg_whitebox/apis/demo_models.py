@@ -1,21 +1,16 @@
 """The demo models behind ``make demo`` (:func:`~.demo.run_demo`) and the
-config options it runs them with (a ``cfg_options`` dict; as
-``--cfg-options`` words through :func:`command_line`).
+config options it runs them with.
 
-Every demo model but three is a head on the same CPU-sized ViT encoder
-(``configs/*/*_vit-demo_*_synthade-*``); ``cbt``, ``crate`` and ``tost``
-are the CBSA head on white-box encoders of the same size. Beside the
-white-box heads and Segmenter's, mmseg's classic attention decode heads
-(:data:`MMSEG_ATTENTION_HEADS`, ``configs/attention_heads/``) sit on the
-same encoder, to compare their decoder attention with the white-box
-heads'. All train on the synthetic ADE20K-layout data.
+Every demo model but ``cbt``, ``crate`` and ``tost`` (the CBSA head on
+white-box encoders) is a head on the same CPU-sized ViT encoder, mmseg's
+classic attention heads (:data:`MMSEG_ATTENTION_HEADS`) among them, all
+trained on the synthetic ADE20K-layout data.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-#: name -> config (relative to the repository root); every head on the
-#: same ViT encoder, and 'cbt', 'crate', 'tost' on white-box encoders
+#: name -> config (relative to the repository root)
 DEMO_MODELS: Dict[str, str] = {
     'segmenter': 'configs/segmenter/'
     'segmenter_vit-demo_mask_1xb8-800iter_synthade-128x128.py',
@@ -41,8 +36,7 @@ DEMO_MODELS: Dict[str, str] = {
     'ann': 'configs/attention_heads/'
     'ann_vit-demo_1xb8-800iter_synthade-128x128.py',
 }
-#: the demo models that are mmseg's own attention decode heads on the demo
-#: ViT: NLHead, DAHead, ISAHead, ANNHead (configs/attention_heads/README.md)
+#: mmseg's NLHead, DAHead, ISAHead, ANNHead (configs/attention_heads/)
 MMSEG_ATTENTION_HEADS = ('nonlocal', 'danet', 'isanet', 'ann')
 #: what ``make demo`` trains unless told otherwise
 DEFAULT_MODELS = ('segmenter', 'cbsa', 'cbsa-rigorous')

@@ -1,13 +1,6 @@
-"""Testing as ``tools/test.py`` tests, callable from Python.
-
-:func:`evaluate_checkpoint` is the whole tool after its arguments are
-parsed: the device decided (never the CPU for a launched run unless
-asked), the checkpoint checked before anything is built (a file that is
-not a checkpoint, one of another model or with NaN/Inf weights is
-refused unless allowed), the config's test loop and metric run by
-mmengine's Runner, predictions painted or saved on request, and the
-images whose input or prediction is not finite counted and reported.
-"""
+"""Testing as ``tools/test.py`` tests, callable from Python
+(:func:`evaluate_checkpoint`: the whole tool after its arguments are
+parsed)."""
 from __future__ import annotations
 
 import contextlib
@@ -38,31 +31,32 @@ def evaluate_checkpoint(cfg: Any,
                         device: Optional[str] = None
                         ) -> Dict[str, float]:
     """Test ``checkpoint`` with the test loop and metric of ``cfg`` (an
-    mmengine ``Config`` with its ``work_dir`` set), as ``tools/test.py``
-    does; returns the metrics. ``out``: a folder for the predictions as
-    PNG label maps; ``show`` / ``show_dir``: paint the predictions on
-    screen (every ``wait_time`` s) or into ``show_dir`` (relative to the
-    work dir); ``tta``: the config's test-time augmentation;
-    ``allow_*``: load a checkpoint that does not fit the model, or holds
-    NaN/Inf weights, instead of refusing it; ``device``: ``'cuda'`` or
-    ``'cpu'`` (default: the GPU when one is visible, else the CPU for one
-    process; a launched run without a GPU needs ``'cpu'``, see
-    :func:`~mmseg_whitebox.engine.runner_config.run_device`). Warnings (a
-    one-class head, non-finite images) go to stderr, before and again
-    after mmengine's output.
+    mmengine ``Config`` with its ``work_dir`` set); returns the metrics.
 
-    Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a
-    device or an input that cannot be tested, before the Runner is built,
-    and when another run writes into the work dir or ``out`` (both are
-    locked while the test runs, :mod:`~mmseg_whitebox.utils.run_lock`).
+    Args:
+        out: a folder for the predictions as PNG label maps.
+        show, show_dir, wait_time: paint the predictions on screen (every
+            ``wait_time`` s) or into ``show_dir`` (under the work dir).
+        tta: the config's test-time augmentation.
+        allow_partial_checkpoint, allow_nonfinite_weights: load a
+            checkpoint that does not fit the model, or holds NaN/Inf
+            weights, instead of refusing it.
+        device: ``'cuda'`` or ``'cpu'`` (default: the GPU if one is
+            visible, else the CPU for one process; see
+            :func:`~mmseg_whitebox.engine.runner_config.run_device`).
+
+    Warnings (a one-class head, non-finite images) go to stderr, before
+    and again after mmengine's output. Raises
+    :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a bad device
+    or input before the Runner is built, and when another run holds the
+    work dir or ``out``.
     """
     with contextlib.ExitStack() as locks:
         locks.enter_context(run_device(cfg, device))  # before any work
-        if out is not None:  # before any work, as the other tools
+        if out is not None:
             check_writable_folder(out, '--out')
 
         def prepare(cfg: Any) -> None:
-            # the inputs are checked by now: one run writes there at a time
             if out is not None:
                 locks.enter_context(lock_folder(out, '--out'))
             # last: a failure's traceback is logged in the work dir
@@ -106,8 +100,7 @@ def _enable_visualization(cfg: Any, show: bool, show_dir: Optional[str],
                         "default_hooks: visualization=dict(type="
                         "'SegVisualizationHook')")
     hooks.visualization.draw = True
-    # every test image unless the config asks for fewer (mmseg's hook
-    # defaults to every 50th)
+    # every test image unless the config says (mmseg: every 50th)
     hooks.visualization.setdefault('interval', 1)
     if show:
         hooks.visualization.show = True

@@ -1,14 +1,7 @@
-"""Overlay predictions on images, one file or a whole folder.
-
-The logic of ``tools/image_demo.py``: the model is built and loaded with
-mmseg's ``init_model`` (the checkpoint loads weights-only, through the
-loader :mod:`mmseg_whitebox.compat` installs, and one that does not fit
-the config is refused, :mod:`mmseg_whitebox.utils.checkpoint_checks`),
-each image goes through ``inference_model`` at its own size (the config's
-test pipeline and sliding window, the prediction resized back to the
-image), and mmseg's ``SegLocalVisualizer`` paints the overlay. Every input
-and output path is checked before a model is built, so a typo costs no
-time.
+"""Overlay predictions on images, one file or a whole folder: the logic
+of ``tools/image_demo.py``, on mmseg's ``init_model``, ``inference_model``
+and ``SegLocalVisualizer``. Every path is checked before a model is
+built, so a typo costs no time.
 """
 from __future__ import annotations
 
@@ -32,9 +25,8 @@ def overlay_images(model, images: Sequence[str], outputs: Sequence[str],
                    opacity: float = 0.5, title: str = '',
                    with_labels: bool = False,
                    progress: bool = True) -> List[str]:
-    """Predict each image with ``inference_model`` and save the overlay
-    painted by mmseg's ``SegLocalVisualizer`` to the matching output path.
-    Returns the written paths."""
+    """Predict each image with ``inference_model`` and save its overlay to
+    the matching output path; returns the written paths."""
     import mmcv
     from mmengine.utils import ProgressBar
     from mmseg.apis import inference_model
@@ -62,9 +54,9 @@ def image_demo(source: str, config: str, checkpoint: str,
                title: str = '', with_labels: bool = False,
                cfg_options: Optional[dict] = None,
                progress: bool = True) -> Tuple[List[str], List[str]]:
-    """Overlays of one image or a folder of images: checks every path,
-    loads the model with mmseg's ``init_model`` and paints each
-    prediction. Returns ``(images, written overlay paths)``."""
+    """Overlays of one image or a folder of images (``out_file`` or
+    ``out_dir``), from a checkpoint that must fit the config; returns
+    ``(images, written overlay paths)``."""
     check_opacity(opacity)
     check_device(device)
     images = list_images(source)
@@ -77,9 +69,7 @@ def image_demo(source: str, config: str, checkpoint: str,
     check_checkpoint(checkpoint)
     cfg = read_config(config, cfg_options)
     with lock_outputs(out_file, out_dir):  # one run paints there at a time
-        # mmseg's init_model, refusing a checkpoint that does not fit
-        model = init_model(cfg, checkpoint,
-                           device=auto_device(device))
+        model = init_model(cfg, checkpoint, device=auto_device(device))
         written = overlay_images(model, images, outputs, opacity=opacity,
                                  title=title, with_labels=with_labels,
                                  progress=progress)

@@ -1,15 +1,5 @@
-"""Training as ``tools/train.py`` trains, callable from Python.
-
-:func:`train_model` is the whole tool after its arguments are parsed: the
-device (never the CPU for a launched run unless asked), the pretrained
-weights each process needs (found or downloaded before any collective
-step, so that a failure stops every process with the same line), the
-checks of the config that would otherwise fail minutes into the run (or
-as a bare mmengine error), one run per work dir (its lock), the removal
-of checkpoint files a killed run cut off, mmengine's Runner with the
-hooks that refuse another model's checkpoint on resume and count
-non-finite values, and errors that name the input at fault.
-"""
+"""Training as ``tools/train.py`` trains, callable from Python
+(:func:`train_model`: the whole tool after its arguments are parsed)."""
 from __future__ import annotations
 
 import os
@@ -37,24 +27,27 @@ def train_model(cfg: Any, resume: bool = False, amp: bool = False,
                 auto_scale_lr: bool = False,
                 device: Optional[str] = None) -> NonFiniteCounter:
     """Train the model of ``cfg`` (an mmengine ``Config`` with its
-    ``work_dir`` and ``launcher`` set) as ``tools/train.py`` does:
-    ``resume`` from the latest checkpoint in the work dir (or
-    ``load_from``); ``amp`` or an ``amp_dtype`` (``'float16'``,
-    ``'bfloat16'``) trains under autocast with ``AmpOptimWrapper``;
-    ``auto_scale_lr`` turns on the config's ``auto_scale_lr``: mmengine's
-    Runner multiplies the learning rate by the run's world batch
-    (processes x ``train_dataloader.batch_size``) over its
-    ``base_batch_size`` (the released world batch), as mmseg's
-    ``--auto-scale-lr``; ``device``: ``'cuda'`` or ``'cpu'`` (default: the
-    GPU when one is visible, else the CPU for one process; a launched run
-    without a GPU needs ``'cpu'``, see :func:`~mmseg_whitebox.engine.
-    runner_config.run_device`). Returns the counter of the non-finite values
-    the run met (its ``summary()`` is the warning the tool prints).
+    ``work_dir`` and ``launcher`` set) as ``tools/train.py`` does.
 
-    Raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` for a
-    device or config that cannot train (its message says what to
-    change), before the Runner is built, on every process of a
-    distributed run.
+    Pretrained weights are fetched and the config checked before the
+    Runner is built, on every process, so that a problem stops every rank
+    with the same :class:`~mmseg_whitebox.utils.tool_error.ToolError`.
+
+    Args:
+        resume: from the latest checkpoint in the work dir (or
+            ``load_from``).
+        amp, amp_dtype: train under autocast (``'float16'`` by default,
+            or ``'bfloat16'``) with ``AmpOptimWrapper``.
+        auto_scale_lr: turn on the config's ``auto_scale_lr`` (the
+            learning rate scaled by the world batch over its
+            ``base_batch_size``), as mmseg's ``--auto-scale-lr``.
+        device: ``'cuda'`` or ``'cpu'`` (default: the GPU if one is
+            visible, else the CPU for one process; see
+            :func:`~mmseg_whitebox.engine.runner_config.run_device`).
+
+    Returns:
+        The counter of the non-finite values the run met (its
+        ``summary()`` is the warning the tool prints).
     """
     with run_device(cfg, device):
         return _train(cfg, resume, amp, amp_dtype, auto_scale_lr)
@@ -80,8 +73,7 @@ def _train(cfg: Any, resume: bool, amp: bool, amp_dtype: Optional[str],
     # every process, before the Runner's first collective step
     fetch_pretrained_weights(cfg)
     fetch_checkpoint(cfg.get('load_from', None), 'load_from')
-    # one training run per work dir, from here to the end (a crash too);
-    # rank 0 holds the lock for every rank (utils/run_lock.py)
+    # one run per work dir (rank 0 holds the lock for every rank)
     with lock_folder(cfg.work_dir, '--work-dir'):
         return _run(cfg, resume)
 
@@ -103,15 +95,10 @@ def remove_cut_off_checkpoints(work_dir: str) -> None:
     """Delete, with a note on stderr, the temporary files of checkpoints
     (and of ``last_checkpoint``) whose write a killed run cut off.
 
-    Every process of a run calls it, after the process group exists (the
-    Runner initialises it when it is built) and before the checkpoint to
-    resume from is looked for: rank 0 alone deletes (it holds the work
-    dir's lock, so no other run writes there), skipping a file already
-    gone, and the other ranks wait at a barrier until it is done. Ranks
-    that deleted side by side would race for the same files (the losers'
-    FileNotFoundError ended the run), and a rank that went on early could
-    read the folder while it changes. Without a process group (one
-    process) the barrier does nothing.
+    Every process calls it once the process group exists, before the
+    checkpoint to resume from is looked for: rank 0 alone deletes (it
+    holds the work dir's lock) and the others wait at a barrier, so that
+    no rank races for the files or reads the folder while it changes.
     """
     from mmengine.dist import barrier, get_rank
     if get_rank() == 0:
@@ -133,7 +120,7 @@ def _run(cfg: Any, resume: bool) -> NonFiniteCounter:
         runner = RUNNERS.build(cfg)
     else:
         runner = Runner.from_cfg(cfg)
-    # the process group exists now; the checkpoint is read by train()
+    # the process group exists now; train() reads the checkpoint
     remove_cut_off_checkpoints(cfg.work_dir)
     if resume:  # refuse the checkpoint of another model
         runner.register_hook(ResumeCheckHook())

@@ -1,37 +1,23 @@
-"""The resume fix of :mod:`mmseg_whitebox.compat`: ``--resume`` at
-iteration k advances the data sampler by k batches instead of loading
-them, and the run stays bitwise equal to the uninterrupted one.
+"""``--resume`` at iteration k advances the data sampler by k batches
+instead of loading them, and the run stays bitwise equal to the
+uninterrupted one (mmengine 0.10.7 and onedl-mmengine 0.10.12 checked).
 
-``resume skips without loading`` (mmengine 0.10.7 and onedl-mmengine
-0.10.8+; 0.10.7 and 0.10.12 checked)
-    *What it patches.* ``mmengine.runner.loops._InfiniteDataloaderIterator``
-    (the data iterator of ``IterBasedTrainLoop``) is replaced by
-    :class:`ResumableDataIterator`; on mmengine 0.10.7, whose loop has no
-    ``skip_iter``, ``IterBasedTrainLoop.run`` is wrapped so that the
-    ``next`` calls of its replay (``for _ in range(self._iter)``) cost
-    nothing (:func:`_run_skipping`).
+*What it patches.* ``mmengine.runner.loops._InfiniteDataloaderIterator``
+becomes :class:`ResumableDataIterator`; on mmengine 0.10.7, whose loop has
+no ``skip_iter``, ``IterBasedTrainLoop.run`` is wrapped so the ``next``
+calls of its replay cost nothing (:func:`_run_skipping`).
 
-    *Why.* mmengine 0.10.7 resumes iteration k by loading and discarding k
-    batches per rank (a 160k run resumed at 150k decodes 150k batches per
-    rank first); onedl-mmengine skips them in the sampler, but then draws
-    the DataLoader's seed from torch's generator after the resume restored
-    it, and its data workers start again from their seeds: either way the
-    resumed run is not the uninterrupted one.
+*Why.* mmengine 0.10.7 resumes by loading and discarding k batches per
+rank; onedl-mmengine skips them in the sampler but draws the DataLoader's
+seed after the resume restored torch's generator, and restarts the data
+workers from their seeds: either way the resumed run differs.
 
-    *What it does.* :meth:`ResumableDataIterator.skip_iter` restarts an
-    ``InfiniteSampler``'s index stream from its seed k x batch size indices
-    on (integers only, no data), and the DataLoader iterator is created
-    only at the first batch (0.10.7 created it, workers and their prefetch
-    included, with the loop), leaving torch's generator as it was. Data
-    workers: every batch a worker makes carries that worker's random state
-    (Python, numpy, torch) after it; the iterator keeps, for each of the
-    next ``num_workers`` batches, the state its worker starts it from
-    (:meth:`~ResumableDataIterator.worker_random_states`, saved by
-    ``RNGStateCheckpointHook``), and a resumed iterator starts its workers
-    from them (:meth:`~ResumableDataIterator.restore_worker_random_states`):
-    batch j is made by worker j mod ``num_workers`` of an iterator, so the
-    resumed workers make the uninterrupted run's batches. Another sampler
-    or a custom batch sampler is replayed as 0.10.7 does (loading).
+*What it does.* An ``InfiniteSampler``'s index stream restarts k x batch
+size indices on (no data read); the DataLoader iterator is created at the
+first batch without moving torch's generator; each batch carries its
+worker's random state, so a resumed iterator starts its workers where the
+uninterrupted run's were (batch j comes from worker j mod
+``num_workers``). Other samplers are replayed as mmengine does.
 """
 from __future__ import annotations
 

@@ -1,32 +1,13 @@
 """What a config's ``compile`` (``True`` or ``torch.compile``'s keyword
 arguments, as mmengine reads it) compiles: the segmentor's ``loss``
-(training) and ``encode_decode`` (the network from image to class maps,
-which whole and sliding-window inference call: validation,
-``tools/test.py``, the noise sweep).
+(training) and ``encode_decode`` (whole and sliding-window inference).
 
-mmengine's Runner, given ``compile``, compiles the whole ``train_step``,
-the optimizer step included, and leaves inference eager. With the
-configs' AdamW and its parameter groups, dynamo cannot trace that step
-(torch 2.13: ``InternalTorchDynamoError: AttributeError:
-'UserDefinedDictVariable' object has no attribute 'items'`` at
-``for group in self.param_groups``), so a run with ``compile`` set gets
-this hook (:func:`~mmseg_whitebox.engine.runner_config.runner_config`):
-it compiles the model's two calls itself and turns mmengine's off. The
-data preprocessing and the optimizer step stay eager; the forward and
-backward passes are compiled. A perturbation of the noise sweep changes
-the weights in place, never their shapes: the sweep compiles once.
-
-The models trace whole (``tests/test_compile.py``). The published
-configs' loss (``CrossEntropyLoss(avg_non_ignore=True)``, the released
-mean over the pixels that are not ignored) counts those pixels with
-``.item()``, which breaks the graph unless dynamo captures the scalar:
-the compiled calls run with :data:`DYNAMO_OPTIONS` (not on torch 2.1).
-The loss then breaks only in mmseg's ``accuracy``, which its decode heads
-log beside the loss: it indexes the pixels that are not ignored (a
-data-dependent shape).
-Dynamo's ``capture_dynamic_output_shape_ops`` would capture it, but
-inductor then fails on that graph (torch 2.13: ``AssertionError: u6 ->
-u0`` in ``aten.index``), so it stays a break (docs/compile.md).
+mmengine would compile the whole ``train_step``, whose AdamW step with
+parameter groups dynamo cannot trace; so a run with ``compile`` gets this
+hook, which compiles the two calls and turns mmengine's compilation off.
+The data preprocessing and the optimizer step stay eager. Why the loss
+runs with :data:`DYNAMO_OPTIONS` and where graphs still break:
+docs/compile.md.
 """
 from __future__ import annotations
 
@@ -47,28 +28,16 @@ from mmseg_whitebox.utils.tool_error import InputError
 #: the segmentor methods compiled (module docstring)
 COMPILED_METHODS = ('loss', 'encode_decode')
 #: dynamo's settings while a compiled method traces: the loss's count of
-#: non-ignored pixels (``.item()``) captured, not a graph break; where
-#: inductor cannot compile a captured scalar (torch 2.1, the legacy stack:
-#: ``COMPILES_CAPTURED_SCALARS`` of :mod:`mmseg_whitebox.utils.capabilities`)
-#: the count stays a break
+#: non-ignored pixels (``.item()``) captured, not a graph break (where
+#: inductor can compile a captured scalar: ``COMPILES_CAPTURED_SCALARS``)
 DYNAMO_OPTIONS = (dict(capture_scalar_outputs=True)
                   if COMPILES_CAPTURED_SCALARS else {})
-#: dynamo's settings under DDP: a call compiled inside DDP's forward (the
-#: loss, as mmengine's DDP wrapper runs it) is split at DDP's gradient
-#: bucket boundaries (dynamo's DDPOptimizer), so that the all-reduce of a
-#: bucket overlaps the rest of the backward. Where the splitter fails on
-#: mmseg's ViT (torch 2.1: ``DDP_GRAPH_SPLIT_TAKES_SUBMODULES`` of
-#: :mod:`mmseg_whitebox.utils.capabilities`) the compiled calls run with
-#: ``optimize_ddp=False``: one graph, whose gradients DDP all-reduces once
-#: the compiled backward has made them (no overlap)
+#: dynamo's settings under DDP: the loss is split at DDP's gradient
+#: buckets (DDPOptimizer) so all-reduces overlap the backward; where the
+#: splitter fails on mmseg's ViT (``DDP_GRAPH_SPLIT_TAKES_SUBMODULES``)
+#: one graph, all-reduced after the compiled backward
 DDP_OPTIONS = ({} if DDP_GRAPH_SPLIT_TAKES_SUBMODULES
                else dict(optimize_ddp=False))
-
-
-def compile_options(compile_cfg: Any) -> Dict[str, Any]:
-    """``torch.compile``'s keyword arguments from a config's ``compile``
-    (``True``: the defaults), as mmengine reads it."""
-    return {} if compile_cfg is True else dict(compile_cfg)
 
 
 def canonical_strides(tensor: torch.Tensor) -> torch.Tensor:
@@ -92,16 +61,16 @@ def _with_canonical_labels(loss: Callable) -> Callable:
     return call
 
 
-def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
+def compile_segmentor(model: torch.nn.Module,
+                      compile_cfg: Any) -> Dict[str, Any]:
     """Compile ``model``'s :data:`COMPILED_METHODS` in place (unwrapped
-    from DDP first), each traced with :data:`DYNAMO_OPTIONS` and
-    :data:`DDP_OPTIONS` (and, on torch 2.1, the loss's ops decomposed:
-    :func:`~mmseg_whitebox.compat.decompose_as_newer_torch`); the loss's
-    label maps given one layout
-    (:func:`_with_canonical_labels`)."""
+    from DDP first) with :data:`DYNAMO_OPTIONS` and :data:`DDP_OPTIONS`
+    (on torch 2.1 with the loss's ops decomposed:
+    :func:`~mmseg_whitebox.compat.decompose_as_newer_torch`). Returns
+    ``torch.compile``'s arguments used."""
     import torch._dynamo.config as dynamo_config
     model = unwrap_model(model)
-    options = compile_options(compile_cfg)
+    options = {} if compile_cfg is True else dict(compile_cfg)
     decompose_as_newer_torch()
     for name in COMPILED_METHODS:
         compiled = dynamo_config.patch(**DYNAMO_OPTIONS, **DDP_OPTIONS)(
@@ -109,6 +78,7 @@ def compile_segmentor(model: torch.nn.Module, compile_cfg: Any) -> None:
         if name == 'loss':
             compiled = _with_canonical_labels(compiled)
         setattr(model, name, compiled)
+    return options
 
 
 @HOOKS.register_module()
@@ -127,8 +97,7 @@ class CompileHook(Hook):
         compile_cfg = runner.cfg.get('compile', None)
         if not compile_cfg:
             return
-        self._options = compile_options(compile_cfg)
-        compile_segmentor(runner.model, compile_cfg)
+        self._options = compile_segmentor(runner.model, compile_cfg)
         runner.cfg.compile = False  # mmengine's train_step compilation
         options = self._options or 'defaults'
         print_log(f'compiled the segmentor\'s loss and encode_decode '

@@ -64,8 +64,9 @@ def unfixed(tmp_path_factory):
         f'mmseg_whitebox.compat{module}' for module in (
             '', '.argparse_errors', '.checkpoint_hook', '.checkpoints',
             '.compile', '.config_text', '.dataloader', '.devices',
-            '.distributions', '.imagecorruptions', '.import_shims',
-            '.model_index', '.modules', '.package_configs', '.resume')] + [
+            '.distributions', '.export_sizes', '.imagecorruptions',
+            '.import_shims', '.model_index', '.modules', '.package_configs',
+            '.resume')] + [
         'mmseg_whitebox.utils', 'mmseg_whitebox.utils.atomic',
         'mmseg_whitebox.utils.device', 'mmseg_whitebox.utils.tool_error']
     return report

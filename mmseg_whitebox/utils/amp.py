@@ -1,11 +1,6 @@
-"""Mixed-precision training for ``tools/train.py --amp [--amp-dtype]``.
-
-``--amp`` does what mmseg's ``tools/train.py --amp`` does: mmengine's
-``AmpOptimWrapper`` with a dynamic loss scale, autocast in float16.
-``--amp-dtype bfloat16`` autocasts in bfloat16 instead (its exponent range
-is float32's, so nothing overflows; the loss scaler is kept: it only skips
-steps whose gradients are not finite). docs/training.md, "Mixed precision".
-"""
+"""Mixed-precision training for ``tools/train.py --amp [--amp-dtype]``:
+mmseg's ``--amp`` (``AmpOptimWrapper``, dynamic loss scale, float16), or
+bfloat16 autocast (docs/training.md, "Mixed precision")."""
 from __future__ import annotations
 
 import logging
@@ -34,10 +29,9 @@ def amp_device_problem(dtype: str) -> Optional[str]:
 
 def enable_amp(cfg: Any, dtype: Optional[str] = None) -> None:
     """Switch ``cfg.optim_wrapper`` to ``AmpOptimWrapper`` autocasting in
-    ``dtype`` (default float16) with a dynamic loss scale: mmseg's
-    ``--amp``, with the dtype set. A config that already uses
-    ``AmpOptimWrapper`` keeps its settings, and takes ``dtype`` if one is
-    given; any other wrapper type is refused, as mmseg refuses it."""
+    ``dtype`` (default float16) with a dynamic loss scale. An
+    ``AmpOptimWrapper`` keeps its settings (and takes ``dtype`` if given);
+    another wrapper type is refused, as mmseg refuses it."""
     if dtype is not None and dtype not in AMP_DTYPES:
         raise ToolError(f'--amp-dtype must be one of {AMP_DTYPES}, got '
                         f'{dtype!r}')

@@ -1,12 +1,6 @@
-"""Writing result files so that a crash never leaves half of one, and
-reading them back with an error that names a damaged one.
-
-Every file a tool writes (converted weights, ONNX graphs, results.json,
-tables, plots) goes through :func:`atomic_path`: the content is written to
-a temporary file in the same folder, which replaces the target only once
-it is complete (``os.replace``, atomic on one file system). An interrupted
-write leaves the previous file as it was, and no ``*.tmp`` behind.
-"""
+"""Writing result files so that a crash never leaves half of one (every
+file a tool writes goes through :func:`atomic_path`), and reading them
+back with an error that names a damaged one."""
 from __future__ import annotations
 
 import contextlib
@@ -49,11 +43,9 @@ def atomic_path(path: str) -> Iterator[str]:
 
 def stale_temporaries(folder: str, suffix: str,
                       target: Optional[str] = None) -> List[str]:
-    """The temporary files :func:`atomic_path` left in ``folder`` for
-    targets ending in ``suffix`` (``.<name>.<8 random characters><suffix>``:
-    a write killed before its end), of the target named ``target``
-    (without its suffix) if given. Only a process that knows no other
-    writes there (it holds the folder's lock) may remove them."""
+    """The temporary files a killed :func:`atomic_path` left in ``folder``
+    for targets ending in ``suffix`` (of ``target``, without its suffix,
+    if given). Only the holder of the folder's lock may remove them."""
     stem = '.+' if target is None else re.escape(target)
     pattern = re.compile(r'\.' + stem + r'\.[a-z0-9_]{8}' + re.escape(suffix)
                          + '$')
@@ -128,9 +120,8 @@ def save_figure(fig: Any, path: str, **kwargs: Any) -> None:
 def read_json(path: str, what: str = 'results',
               advice: str = 'Restore it from a copy, or move it away and '
               'start again without --resume') -> Any:
-    """The JSON in ``path``, a file a user gave or a run of theirs wrote;
-    a truncated or damaged file is an :class:`InputError` that names it
-    (json names only a line) and ends with ``advice``."""
+    """The JSON in ``path``; a damaged file is an :class:`InputError`
+    naming it and ending with ``advice``."""
     try:
         with open(path, encoding='utf-8') as f:
             return json.load(f)

@@ -1,12 +1,9 @@
 """What the installed torch can do, probed once: every version or feature
-gate of the package reads its answer here (as timm's
-``timm/layers/config.py``), so a gate names what it tests.
-
-Each name probes the feature it is named for. Where a feature cannot be
-probed without running it (what a compiler manages), the gate compares
-:data:`TORCH_RELEASE` with the release it names and says which releases
-were checked. The probes that decide whether a patch of another library
-applies live with that patch (:mod:`mmseg_whitebox.compat`).
+gate of the package reads its answer here, named for what it tests.
+Where a feature cannot be probed without running it (what a compiler
+manages), the gate compares :data:`TORCH_RELEASE` with a release. Probes
+deciding whether a patch of another library applies live with the patch
+(:mod:`mmseg_whitebox.compat`).
 """
 from __future__ import annotations
 
@@ -44,22 +41,16 @@ COMPILER_IS_EXPORTING: Optional[Callable[[], bool]] = getattr(
 COMPILER_IS_COMPILING: Optional[Callable[[], bool]] = getattr(
     _COMPILER, 'is_compiling', None)
 
+# The three compiler gates below were checked on torch 2.1 (False) and
+# 2.13 (True); the releases between are taken as 2.1 below 2.4.
 #: inductor compiles a scalar that dynamo captured
-#: (``capture_scalar_outputs``): not torch 2.1 (C++ error "'i3' was not
-#: declared"). Checked on 2.1 and 2.13; the releases between are taken as
-#: 2.1 below 2.4 and as 2.13 from 2.4 on
+#: (``capture_scalar_outputs``)
 COMPILES_CAPTURED_SCALARS: bool = TORCH_RELEASE >= (2, 4)
-#: dynamo's DDP graph splitter (``optimize_ddp``) takes mmseg's ViT: torch
-#: 2.1's takes every attribute the graph reads for a tensor and fails on
-#: a submodule (``AttributeError: 'Dropout' object has no attribute
-#: 'requires_grad'``). Checked on 2.1 and 2.13; the releases between are
-#: taken as for :data:`COMPILES_CAPTURED_SCALARS`
+#: dynamo's DDP graph splitter (``optimize_ddp``) takes mmseg's ViT (torch
+#: 2.1's fails on a submodule attribute)
 DDP_GRAPH_SPLIT_TAKES_SUBMODULES: bool = TORCH_RELEASE >= (2, 4)
 #: inductor's CPU code computes a backward pass right with one thread
-#: (``torch.get_num_threads() == 1``): not torch 2.1 (2.1.2: the demo CBSA
-#: model's gradients off by about their own size, its loss right; 2
-#: threads right), right on 2.13 (tests/test_compile.py). The releases
-#: between are taken as for :data:`COMPILES_CAPTURED_SCALARS`
+#: (tests/test_compile.py)
 INDUCTOR_ONE_THREAD_GRADIENTS_RIGHT: bool = TORCH_RELEASE >= (2, 4)
 
 

@@ -1,20 +1,10 @@
 """Checks that keep a wrong checkpoint from becoming wrong numbers.
 
-mmengine loads checkpoints with ``strict=False`` and only logs missing,
-unexpected and mis-shaped keys: a checkpoint of another architecture or
-another ``num_classes`` then evaluates to a meaningless mIoU, and NaN/Inf
-weights to "every pixel one class". Here such a load is an error that names
-the keys and the fix, unless partial loading is asked for explicitly:
-
-* :func:`check_checkpoint` / :func:`check_checkpoint_file`: missing and
-  empty files, truncated ones and files that are not torch checkpoints at
-  all (a text/HTML file) get their own message;
-* :func:`check_state_dict`: missing/unexpected/size-mismatched keys and
-  non-finite weights;
-* :func:`load_checkpoint` / :func:`init_model`: the checked counterparts of
-  mmengine's ``load_checkpoint`` and mmseg's ``init_model``.
-
-The Runner hooks that apply these checks are in
+mmengine loads with ``strict=False`` and only logs missing, unexpected and
+mis-shaped keys, so another architecture or ``num_classes`` evaluates to a
+meaningless mIoU and NaN/Inf weights to one class everywhere. Here such a
+load is an error naming the keys and the fix, unless partial loading is
+asked for. The Runner hooks applying them are in
 :mod:`mmseg_whitebox.engine.hooks.checkpoint_check_hooks`.
 """
 from __future__ import annotations
@@ -38,9 +28,9 @@ _PICKLE_PROTO = b'\x80'
 
 
 def check_checkpoint_file(filename: str) -> None:
-    """Refuse an empty file or one that is not a torch checkpoint with a
-    message that says so (torch says ``EOFError`` / ``invalid load key``).
-    Local files only; a missing file is left to the caller."""
+    """Refuse an empty, truncated or damaged file or one that is not a
+    torch checkpoint, saying so. Local files only; a missing one is left
+    to the caller."""
     if '://' in filename or not os.path.isfile(filename):
         return
     size = os.path.getsize(filename)
@@ -74,9 +64,7 @@ def check_checkpoint_file(filename: str) -> None:
 
 
 def _check_zip_members(filename: str) -> None:
-    """Every member of a torch zip checkpoint reads back with its CRC (a
-    copy damaged inside, which torch reports as ``PytorchStreamReader
-    failed reading zip archive``)."""
+    """Every member of a torch zip checkpoint reads back with its CRC."""
     try:
         with zipfile.ZipFile(filename) as archive:
             bad = archive.testzip()
@@ -91,9 +79,8 @@ def _check_zip_members(filename: str) -> None:
 
 
 def check_checkpoint(path: Optional[str]) -> None:
-    """A local checkpoint exists and is a complete torch file (empty,
-    truncated and text files are named as such, before a model is
-    built); a URL is left to the loader."""
+    """A local checkpoint exists and passes :func:`check_checkpoint_file`;
+    a URL is left to the loader."""
     if not path:
         return
     if '://' not in path and not os.path.isfile(path):
@@ -127,9 +114,8 @@ def compare_state_dict(
 
 
 def added_parameters(model: torch.nn.Module) -> List[str]:
-    """Keys a converted checkpoint may lack: parameters that modules add to
-    what they convert (their ``added_parameters``, e.g. QKVCBSA's step
-    sizes, which a pretrained ViT does not have)."""
+    """Keys a converted checkpoint may lack: the modules'
+    ``added_parameters`` (e.g. QKVCBSA's step sizes)."""
     return [f'{name}.{param}' if name else param
             for name, module in model.named_modules()
             for param in getattr(module, 'added_parameters', ())]
@@ -210,8 +196,7 @@ def check_state_dict(model: torch.nn.Module,
 
 def _refuse_unless(allowed: bool, error: type, what: str,
                    message: str) -> None:
-    """Raise ``error(message)``; where the user allowed it, log it as a
-    warning instead."""
+    """Raise ``error(message)``, or log it as a warning if allowed."""
     if not allowed:
         raise error(message)
     print_log(f'{what} (allowed): {message}', logger='current', level=30)
@@ -221,9 +206,8 @@ def load_checkpoint(model: torch.nn.Module, filename: str,
                     map_location: Any = 'cpu',
                     allow_partial: bool = False,
                     allow_nonfinite: bool = False) -> dict:
-    """mmengine's ``load_checkpoint`` that refuses what would give wrong
-    numbers (see :func:`check_state_dict`); returns the checkpoint and sets
-    ``model.dataset_meta`` from it when it has one."""
+    """mmengine's ``load_checkpoint`` with :func:`check_state_dict`;
+    returns the checkpoint and sets ``model.dataset_meta`` from it."""
     from mmengine.runner.checkpoint import _load_checkpoint, load_state_dict
     check_checkpoint_file(filename)
     checkpoint = _load_checkpoint(filename, map_location=map_location)
@@ -242,8 +226,7 @@ def init_model(config: Any, checkpoint: Optional[str] = None,
                allow_partial: bool = False,
                allow_nonfinite: bool = False) -> torch.nn.Module:
     """mmseg's ``init_model`` with the checkpoint loaded by
-    :func:`load_checkpoint`: a checkpoint that does not fit the config is
-    an error, not a log line."""
+    :func:`load_checkpoint`."""
     from mmseg.apis import init_model as mmseg_init_model
     model = mmseg_init_model(config, None, device=device,
                              cfg_options=cfg_options)

@@ -1,18 +1,12 @@
 """Weights-only-safe checkpoints.
 
-An mmengine checkpoint carries, besides tensors, its training state as
-Python objects: ``HistoryBuffer`` instances and numpy arrays in the message
-hub, numpy scalars in metrics. ``torch.load(weights_only=True)`` refuses
-those, and allow-listing them would mean allow-listing ``getattr`` too. So
-the state is stored as plain data instead: :func:`encode_checkpoint` turns
-every such object into a small tagged dict of primitives and tensors, and
-:func:`decode_checkpoint` rebuilds the objects after a weights-only load.
-Decoding only ever constructs the few types below from primitive data.
-
-"Plain data" is what the weights-only loader of the oldest supported torch
-(2.1) accepts: no ``bytes`` (pickled as ``_codecs.encode``), no ``complex``,
-no ``torch.device`` and only some ``torch.dtype`` values, so those are
-tagged too (bytes as a ``uint8`` tensor).
+``torch.load(weights_only=True)`` refuses the Python objects an mmengine
+checkpoint holds (``HistoryBuffer``, numpy arrays and scalars), and
+allow-listing them would mean allow-listing ``getattr`` too.
+:func:`encode_checkpoint` turns each into a tagged dict of primitives and
+tensors, :func:`decode_checkpoint` rebuilds the few types below. Primitives
+are what torch 2.1's weights-only loader accepts: ``bytes``, ``complex``,
+``torch.device`` and ``torch.dtype`` are tagged too.
 """
 from __future__ import annotations
 
@@ -160,4 +154,3 @@ def encode_checkpoint(checkpoint: Dict[str, Any]) -> Dict[str, Any]:
 def decode_checkpoint(checkpoint: Any) -> Any:
     """Inverse of :func:`encode_checkpoint`; a no-op on plain checkpoints."""
     return _decode(checkpoint)
-

@@ -1,21 +1,8 @@
 """Where a training or test run goes: ``cuda`` or ``cpu``, decided once,
-before any work, and never silently the CPU for a launched run.
-
-mmseg's tools train on the GPU whenever torch sees one. Under a launcher
-(``--launcher pytorch``, ``slurm``, ``mpi``) a run without a visible CUDA
-device is almost always a mistake (a CPU wheel of torch in the active
-environment, a driver that does not match, an empty
-``CUDA_VISIBLE_DEVICES``): :func:`resolve_device` stops it with one line
-that says what torch sees, unless ``device='cpu'`` asks for CPU
-processes. One process (``--launcher none``) keeps mmseg's rule: the GPU
-when there is one, else the CPU.
-
-``device='cpu'`` on a machine with GPUs must really run on the CPU, but
-mmengine decides its device once, when it is imported: the run hides the
-GPUs from this process while it runs
-(:func:`mmseg_whitebox.compat.cuda_hidden`). (The launch scripts set
-``CUDA_VISIBLE_DEVICES=''`` for ``--device cpu`` before Python starts,
-which hides them at the source.)
+before any work, and never silently the CPU for a launched run (a
+launched run without a visible GPU is almost always a mistake: a CPU
+wheel, a driver, an empty ``CUDA_VISIBLE_DEVICES``). One process keeps
+mmseg's rule: the GPU when there is one.
 """
 from __future__ import annotations
 
@@ -31,9 +18,7 @@ VISIBLE_DEVICES = 'CUDA_VISIBLE_DEVICES'
 
 
 def cuda_seen() -> str:
-    """What torch sees of CUDA, for a message: the torch version, whether
-    it was built with CUDA, ``CUDA_VISIBLE_DEVICES`` and how many devices
-    are visible."""
+    """What torch sees of CUDA, for a message."""
     import torch
     built = (f'built with CUDA {torch.version.cuda}' if torch.version.cuda
              else 'built without CUDA (a CPU-only wheel)')
@@ -56,9 +41,8 @@ def _cuda_advice() -> str:
 
 
 def auto_device(device: Optional[str] = None) -> str:
-    """``device``, or when it is None the rule of every tool's
-    ``--device``: ``'cuda'`` when torch sees a GPU, else ``'cpu'``
-    (:func:`resolve_device` adds a launched run's refusal)."""
+    """``device``, or when it is None ``'cuda'`` if torch sees a GPU, else
+    ``'cpu'``."""
     if device is not None:
         return device
     import torch
@@ -67,14 +51,10 @@ def auto_device(device: Optional[str] = None) -> str:
 
 def resolve_device(launcher: Optional[str], device: Optional[str]) -> str:
     """The device of a run started with ``launcher`` (``'none'``,
-    ``'pytorch'``, ``'slurm'``, ``'mpi'``) when the user asked for
-    ``device`` (``'cuda'``, ``'cpu'`` or None for the default).
-
-    ``'cpu'`` is always granted. ``'cuda'`` needs a visible CUDA device.
-    None is :func:`auto_device`'s choice (``'cuda'`` when one is visible,
-    else ``'cpu'``) for one process; for a launched run without a GPU it is
-    a :class:`ToolError` saying what torch sees and what to do, so that no
-    launched run falls back to the CPU unasked."""
+    ``'pytorch'``, ``'slurm'``, ``'mpi'``) for the requested ``device``
+    (``'cuda'``, ``'cpu'``, None): ``'cpu'`` is always granted, ``'cuda'``
+    needs a visible GPU, None is :func:`auto_device`'s choice except that
+    a launched run without a GPU is a :class:`ToolError`."""
     if device not in (None, ) + RUN_DEVICES:
         raise ToolError(f'--device must be one of {", ".join(RUN_DEVICES)}, '
                         f'got {device!r}')

@@ -1,26 +1,13 @@
-"""Distributed runs (``--launcher pytorch``) on GPUs and on CPU processes.
+"""Distributed runs (``--launcher pytorch`` or ``slurm``) on GPUs and on
+CPU processes.
 
-The device is decided first (:func:`~.device.resolve_device`): a launched
-run without a visible GPU stops unless ``--device cpu`` asks for CPU
-processes. mmengine 0.10.7 assumes GPUs once a launcher is set: its
-``init_dist`` always calls ``torch.cuda.set_device`` (which a CPU torch
-does not have) and its default model wrapper passes
-``device_ids=[LOCAL_RANK]`` to ``DistributedDataParallel`` (which only
-accepts them for GPU modules). For ``--device cpu``
-:func:`setup_distributed` therefore sets up what mmengine would, through
-the settings the Runner reads: the ``gloo`` backend in
-``env_cfg.dist_cfg``, a ``model_wrapper_cfg`` with ``device_ids=None``
-(mmengine's wrapper with SyncBN layers, which torch runs on GPUs only,
-reverted to BN as mmengine does for one process),
-and the process group itself (the Runner only initialises one when none
-exists). For ``cuda`` nothing is changed. The whole set-up of a run (the
-decision, the GPUs hidden for ``cpu``, then :func:`setup_distributed`) is
-:func:`mmseg_whitebox.engine.runner_config.run_device`.
-
-Under ``--launcher slurm`` with ``--device cpu``, the variables torchrun
-would set are first derived from the ones ``srun`` sets for every task
-(:func:`slurm_environment`, as mmengine's own Slurm set-up does), so the
-same gloo path serves both launchers.
+mmengine assumes GPUs once a launcher is set (``init_dist`` calls
+``torch.cuda.set_device``, its wrapper passes ``device_ids``). For
+``--device cpu`` :func:`setup_distributed` sets up what mmengine would
+through the settings the Runner reads: gloo, a ``model_wrapper_cfg``
+without device ids and SyncBN reverted, and the process group itself.
+Under Slurm the torchrun variables are first derived from srun's
+(:func:`slurm_environment`).
 """
 from __future__ import annotations
 
@@ -47,17 +34,16 @@ DEFAULT_PORT = 29500
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on now: the rendezvous
-    port of a one-node launch that must not meet another run's."""
+    """A TCP port on 127.0.0.1 that nobody listens on now (a one-node
+    launch's rendezvous)."""
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         return sock.getsockname()[1]
 
 
 def first_slurm_host(nodelist: str) -> str:
-    """The first host of a Slurm node list (``node[01-04]`` style), as
-    ``scontrol show hostnames`` expands it: the rank-0 host, where the
-    rendezvous listens."""
+    """The first host of a Slurm node list, as ``scontrol show hostnames``
+    expands it (the rank-0 host)."""
     try:
         proc = subprocess.run(['scontrol', 'show', 'hostnames', nodelist],
                               capture_output=True, text=True, check=False)
@@ -77,14 +63,11 @@ def first_slurm_host(nodelist: str) -> str:
 
 def slurm_environment(environ: Optional[Mapping[str, str]] = None,
                       port: Optional[int] = None) -> Dict[str, str]:
-    """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
-    ``MASTER_PORT`` for a task that srun started, from ``environ``
-    (default ``os.environ``): what torchrun would have set, so the gloo
-    set-up reads the same variables under both launchers.
-
-    As in mmengine's ``_init_dist_slurm``: the master is the first host of
-    ``SLURM_NODELIST`` unless ``MASTER_ADDR`` is set; the port is ``port``
-    (``env_cfg.dist_cfg.port``), else ``MASTER_PORT``, else 29500."""
+    """The torchrun variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) of a task srun started, from
+    ``environ`` (default ``os.environ``). As in mmengine's Slurm set-up:
+    the master is ``MASTER_ADDR`` or the first host of ``SLURM_NODELIST``,
+    the port ``port``, else ``MASTER_PORT``, else 29500."""
     environ = os.environ if environ is None else environ
     missing = [k for k in SLURM_ENV if not environ.get(k)]
     if missing:
@@ -112,9 +95,8 @@ def slurm_environment(environ: Optional[Mapping[str, str]] = None,
 
 
 def cpu_model_wrapper_cfg(cfg: Any) -> dict:
-    """``cfg.model_wrapper_cfg`` for CPU processes: as the config has it (or
-    mmengine's default wrapper), with ``device_ids=None`` for the
-    ``DistributedDataParallel`` kinds, which refuse device ids on CPU."""
+    """``cfg.model_wrapper_cfg`` (or mmengine's default) with
+    ``device_ids=None`` for the ``DistributedDataParallel`` kinds."""
     from mmengine.registry import MODEL_WRAPPERS
     from torch.nn.parallel import DistributedDataParallel
     wrapper = dict(cfg.get('model_wrapper_cfg', None) or dict(
@@ -133,9 +115,7 @@ def cpu_model_wrapper_cfg(cfg: Any) -> dict:
 
 def reverting_sync_batchnorm(wrapper: dict) -> dict:
     """``wrapper`` (a ``model_wrapper_cfg``) with mmengine's default
-    wrapper replaced by :data:`CPU_WRAPPER`, the same with the model's
-    SyncBN layers (which torch runs on GPUs only) reverted to BN first;
-    another wrapper is kept."""
+    wrapper replaced by :data:`CPU_WRAPPER`; another wrapper is kept."""
     from mmengine.model import MMDistributedDataParallel
     if wrapper['type'] in (DEFAULT_WRAPPER, MMDistributedDataParallel):
         wrapper = dict(wrapper, type=CPU_WRAPPER)
@@ -144,17 +124,11 @@ def reverting_sync_batchnorm(wrapper: dict) -> dict:
 
 def setup_distributed(cfg: Any, device: Optional[str] = None
                       ) -> Optional[str]:
-    """Prepare ``cfg`` (with ``cfg.launcher`` set) for a distributed run on
-    ``device`` (``'cuda'``, ``'cpu'``; None: decided by
-    :func:`~.device.resolve_device`, which refuses a launched run without
-    a GPU).
-
-    Returns the communication backend, or None when ``cfg.launcher`` is
-    ``'none'``. For ``cuda`` the config is left as it is (mmengine's NCCL
-    set-up); for ``cpu`` the run uses gloo on CPU processes and the
-    process group is initialised here, from the environment torchrun sets
-    (``--launcher pytorch``) or, under ``--launcher slurm``, the one
-    :func:`slurm_environment` derives from srun's.
+    """Prepare ``cfg`` (``cfg.launcher`` set) for a distributed run on
+    ``device`` (``'cuda'``, ``'cpu'``; None: :func:`~.device.resolve_device`
+    decides). Returns the backend, or None for ``--launcher none``. For
+    ``cuda`` the config is left to mmengine; for ``cpu`` gloo is set up and
+    the process group initialised here (see the module docstring).
     """
     launcher = cfg.get('launcher', 'none')
     if launcher in (None, 'none'):

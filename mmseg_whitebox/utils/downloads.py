@@ -1,19 +1,9 @@
 """Downloads of checkpoint URLs into torch's hub cache, each process for
-itself: used by the pretrained weights a config starts from
-(:mod:`mmseg_whitebox.engine.pretrained`) and by the weights-only
-checkpoint loader of :mod:`mmseg_whitebox.compat`.
-
-A URL's file is looked up in torch's hub cache
-(``torch.hub.get_dir()/checkpoints/<file name>``, where mmengine and torch
-read it) and otherwise downloaded into it. The processes of a machine
-take turns through a lock beside the cached file, so one downloads while
-the others wait and then find it; when the download fails, each process
-stops with the same line (a process that waited while another one failed
-repeats that failure rather than wait for another network timeout).
-mmengine downloads on rank 0 while the other ranks wait at a barrier
-(``load_from_http``), so a failed download there leaves them waiting
-until the process group's timeout; here no rank waits for another's
-download.
+itself (mmengine downloads on rank 0 while the others wait at a barrier,
+until the process group's timeout if it fails). The processes of a
+machine take turns through a lock beside the cached file; one that waited
+while another failed repeats that failure rather than wait for another
+network timeout.
 """
 from __future__ import annotations
 
@@ -56,11 +46,9 @@ def checkpoint_download_error(key: str, url: str, exc: BaseException,
 
 
 def fetch_checkpoint(checkpoint: Optional[str], key: str) -> Optional[str]:
-    """A checkpoint URL (``load_from``, ``tools/test.py``'s CHECKPOINT:
-    ``key`` names it in the error) in torch's hub cache, downloaded by this
-    process if needed (:func:`fetch_url`); returns the cached file's path,
-    or ``checkpoint`` itself when it is not an http(s) URL. Every process
-    of a distributed run calls it, before any collective step."""
+    """The cached file of a checkpoint URL (``key`` names it in the error),
+    fetched by :func:`fetch_url`; ``checkpoint`` itself when it is not an
+    http(s) URL. Every process of a distributed run calls it."""
     if not checkpoint or not checkpoint.startswith(URL_SCHEMES):
         return checkpoint
     return fetch_url(checkpoint, lambda exc, cached: checkpoint_download_error(
@@ -69,11 +57,10 @@ def fetch_checkpoint(checkpoint: Optional[str], key: str) -> Optional[str]:
 
 def fetch_url(url: str,
               failure: Callable[[BaseException, str], str]) -> str:
-    """``url``'s file in torch's hub cache (:func:`hub_cache_path`),
-    downloaded by one process of this machine at a time; returns its
-    path. A failed download raises a :class:`ToolError` with
+    """The path of ``url``'s file in torch's hub cache, downloaded if
+    needed. A failed download raises a :class:`ToolError` with
     ``failure(exception, cached path)``, also left beside the cached file
-    for the processes that waited meanwhile (see the module docstring)."""
+    for the processes that waited."""
     from filelock import FileLock
     cached = hub_cache_path(url)
     if osp.isfile(cached):
@@ -111,9 +98,8 @@ def fetch_url(url: str,
 
 
 def _download(url: str, path: str) -> None:
-    """Copy ``url`` to ``path`` with torch's downloader (``path`` exists
-    only once complete), each step waiting :data:`DOWNLOAD_TIMEOUT`
-    seconds at most for the server (torch's sets no limit)."""
+    """Copy ``url`` to ``path`` with torch's downloader, waiting at most
+    :data:`DOWNLOAD_TIMEOUT` seconds per step (torch sets no limit)."""
     import torch
     print(f'downloading {url} to {path}', file=sys.stderr)
     timeout = socket.getdefaulttimeout()

@@ -1,13 +1,7 @@
-"""Checks of the files, folders and devices a user hands a tool, made
-before any model is built (a config's checks are in
-:mod:`mmseg_whitebox.engine.config_checks`, a checkpoint's in
-:mod:`mmseg_whitebox.utils.checkpoint_checks`).
-
-Each raises :class:`~mmseg_whitebox.utils.tool_error.ToolError` (one line,
-exit status 2) naming what is wrong and what to do: a device this machine
-does not have; an output folder that cannot be written or an output
-format that cannot be; an input image that cannot be read or is too
-small; a JSON file that is not JSON.
+"""Checks of the devices, folders, output files and images a user hands a
+tool, made before any model is built; each raises a
+:class:`~mmseg_whitebox.utils.tool_error.ToolError` naming what is wrong
+and what to do.
 """
 from __future__ import annotations
 
@@ -18,21 +12,13 @@ from typing import Optional, Sequence, Tuple
 
 from mmseg_whitebox.utils.tool_error import ToolError
 
-#: the config formats mmengine reads
-CONFIG_SUFFIXES = ('.py', '.json', '.yml', '.yaml')
-#: model settings that count something and must be >= 1
-POSITIVE_MODEL_KEYS = ('num_classes', 'embed_dims', 'num_heads', 'channels',
-                       'in_channels', 'patch_size', 'head_dim')
 #: the fewest pixels an image the demo paints has (mmseg's visualizer
 #: fails on a single pixel with an IndexError)
 MIN_IMAGE_PIXELS = 2
 
 
-def check_device(device: Optional[str],
-                 remedy: str = 'use --device cpu or run on a machine with '
-                 'that GPU') -> None:
-    """``device`` (``cpu``, ``cuda``, ``cuda:N``) exists on this machine;
-    ``remedy``: what the message tells a user whose machine lacks it."""
+def check_device(device: Optional[str]) -> None:
+    """``device`` (``cpu``, ``cuda``, ``cuda:N``) exists on this machine."""
     if device is None:
         return
     import torch
@@ -49,14 +35,14 @@ def check_device(device: Optional[str],
         from .device import cuda_seen
         have = f'{count} CUDA device(s)' if count else 'no CUDA device'
         raise ToolError(f'--device {device}: this machine has {have} '
-                        f'({cuda_seen()}); {remedy}')
+                        f'({cuda_seen()}); use --device cpu or run on a '
+                        'machine with that GPU')
 
 
 def check_writable_folder(folder: str, option: str,
                           label: Optional[str] = None) -> None:
-    """``folder`` exists or can be created, and a file can be written in it
-    (checked by writing one): ``option`` names where it was given,
-    ``label`` what the folder is (default: ``option`` and the folder)."""
+    """``folder`` exists or can be created and a file can be written in it;
+    ``option`` names where it was given, ``label`` what it is."""
     label = label or f'{option} {folder!r}'
     path = osp.abspath(folder or '.')
     probe = path
@@ -100,9 +86,8 @@ def check_output_file(path: str, option: str,
 
 
 def check_image_file(path: str) -> Tuple[int, int]:
-    """``path`` is an image Pillow can read, of at least
-    :data:`MIN_IMAGE_PIXELS` pixels; its ``(height, width)``. Reads the
-    header only."""
+    """``(height, width)`` of the image ``path`` (its header read by
+    Pillow), of at least :data:`MIN_IMAGE_PIXELS` pixels."""
     from PIL import Image, UnidentifiedImageError
     try:
         with Image.open(path) as image:

@@ -1,14 +1,7 @@
-"""Per-image values of a distributed evaluation, put together over ranks.
-
-In a distributed test each process sees every ``world_size``-th image
-(mmengine's ``DefaultSampler``: rank ``r`` gets images ``r``, ``r + W``,
-...), and the last ones are padded with repeated images so that every
-rank has as many. mmengine's metrics gather their per-image results in
-that interleaved order and cut the padding off at the data set's size
-(``mmengine.dist.collect_results``); :func:`gather_images` does the same
-for any other per-image statistic, so that a statistic of N processes is
-the one-process statistic, in the same order (sums, means, minima over
-it are then equal bit for bit).
+"""Per-image values of a distributed evaluation, put together over ranks
+as mmengine's metrics gather theirs (``collect_results``): interleaved
+back into the data set's order, the sampler's padding cut off, so that a
+statistic of N processes equals the one-process one bit for bit.
 """
 from __future__ import annotations
 
@@ -18,11 +11,9 @@ from typing import Any, List, Optional, Sequence
 
 def gather_images(values: Sequence[Any],
                   num_images: Optional[int] = None) -> List[Any]:
-    """Every rank's ``values`` (one per image, in the order the rank saw
-    its images), on every rank, in the data set's order, the padding cut
-    off at ``num_images`` (the data set's size; None keeps every value,
-    the padded images too). One process: ``values`` as they are. Every
-    rank must call it (a collective)."""
+    """Every rank's ``values`` (one per image, in the rank's order), on
+    every rank, in the data set's order, cut off at ``num_images`` (None
+    keeps the padding). A collective."""
     from mmengine.dist import all_gather_object, get_world_size
     if get_world_size() == 1:
         return list(values)

@@ -2,22 +2,13 @@
 folder (or file) meets at once, instead of both writing into it.
 
 The lock is :class:`filelock.FileLock` on ``<folder>/.lock``
-(``<file>.lock`` for an output file): an OS lock (``flock`` on Linux and
-macOS, ``LockFileEx`` on Windows) that the system drops when the process
-ends, however it ends, so a run that was killed never blocks the next one.
-Beside it, ``<lock>.owner`` records who holds it (PID, host, start time,
-command line), for the message that a second run gets
-(:class:`~.tool_error.ToolError`, exit status 2, before it has written
-anything) and for the note of a run that finds the record of a killed one
-(its lock free) and takes over. Where a file system has no OS locks,
-filelock falls back to a lock file of its own, which it breaks once its
-owner is gone.
-
-Only the first process of a distributed run (rank 0) locks: its other
-processes share its lock.
-
-The folder a run locks is also the run's output folder: a failure's
-traceback is logged there (:func:`output_folder`).
+(``<file>.lock`` for a file): an OS lock the system drops when the
+process ends, however it ends, so a killed run never blocks the next one.
+Beside it, ``<lock>.owner`` records who holds it, for the
+:class:`~.tool_error.ToolError` a second run gets and the note of a run
+that takes over a killed one's. Only rank 0 of a distributed run locks.
+A locked folder is also where a failure's traceback is logged
+(:func:`output_folder`).
 """
 from __future__ import annotations
 
@@ -116,11 +107,10 @@ _HANDLES: 'weakref.WeakSet[RunLock]' = weakref.WeakSet()
 
 
 class RunLock:
-    """A handle on a held lock. :meth:`release` (or leaving its ``with``
-    block, or the handle being garbage collected, or the process ending)
-    gives it up. Handles of the same lock in one process share one
-    :class:`FileLock` (filelock's singleton and lock counter): the lock is
-    released and its files removed when the last handle goes."""
+    """A handle on a held lock, given up by :meth:`release`, its ``with``
+    block's end, garbage collection or the process's end. Handles of one
+    lock in a process share one :class:`FileLock`: the lock is released
+    and its files removed when the last handle goes."""
 
     def __init__(self, lock: Optional[FileLock]) -> None:
         self.path = lock.lock_file if lock else None
@@ -143,16 +133,12 @@ class RunLock:
 
 def _release(lock: FileLock) -> None:
     """Drop one hold of ``lock``; with the last, remove the owner record
-    and the lock file, then release the lock. A forked child (a dataloader
-    worker) holds nothing (filelock's counter is 0 there) and leaves its
-    parent's files alone."""
+    and the lock file, then release the lock. A forked child holds nothing
+    (counter 0) and leaves its parent's files alone."""
     try:
         if lock.lock_counter == 1:
-            # removed while still held, so no folder keeps a lock file: a
-            # run that opened the file just before and locks it just after
-            # the release finds it unlinked (filelock checks the link
-            # count after locking) and is refused, instead of holding a
-            # lock on a file that a third run has created anew
+            # removed while still held: a run that locks the file just
+            # after finds it unlinked (filelock checks) and is refused
             for path in (owner_path(lock.lock_file), lock.lock_file):
                 try:
                     os.remove(path)
@@ -165,15 +151,13 @@ def _release(lock: FileLock) -> None:
 @atexit.register
 def _release_all() -> None:
     """Give up every handle at exit, before filelock's own exit handler
-    (registered when filelock was imported, so it runs after this one)
-    releases the locks: the files go while the lock is still held."""
+    (registered earlier, so run later) releases the locks."""
     for handle in list(_HANDLES):
         handle.release()
 
 
 def secondary_rank() -> bool:
-    """Whether this is a process of a distributed run other than the
-    first (it leaves the locking to rank 0)."""
+    """Whether this is a distributed run's process other than rank 0."""
     try:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
@@ -196,11 +180,9 @@ def _refuse(label: str, path: str, record: Optional[LockRecord]) -> ToolError:
 
 
 def acquire(path: str, label: str) -> RunLock:
-    """Lock the lock file ``path`` for this process (``label`` names the
-    output in messages) without waiting. Raises :class:`ToolError` when
-    another process holds it; notes on stderr the record of a run that
-    held it and has ended (killed or crashed) before replacing it with
-    this process's."""
+    """Lock the lock file ``path`` without waiting (``label`` names the
+    output in messages). Raises :class:`ToolError` when another process
+    holds it; notes on stderr a dead holder's record it replaces."""
     if secondary_rank():
         return RunLock(None)
     # one instance per file in this process, released by any thread
@@ -231,22 +213,19 @@ def acquire(path: str, label: str) -> RunLock:
 
 
 def note_output_folder(folder: str) -> None:
-    """Record ``folder`` as where the current run writes (where
-    :func:`~mmseg_whitebox.cli.run_tool` logs a failure's traceback)."""
+    """Record ``folder`` as where the current run writes."""
     global _OUTPUT_FOLDER
     _OUTPUT_FOLDER = osp.abspath(folder)
 
 
 def output_folder() -> Optional[str]:
-    """The folder recorded by :func:`note_output_folder` (every locked
-    folder is recorded), if any."""
+    """The folder recorded by :func:`note_output_folder`, if any."""
     return _OUTPUT_FOLDER
 
 
 def lock_folder(folder: str, option: str = '--out') -> RunLock:
     """Lock the output folder ``folder`` (given as ``option``), creating
-    it; raises :class:`ToolError` if it cannot be written or another run
-    writes there."""
+    it; a :class:`ToolError` if it cannot be written or is locked."""
     check_writable_folder(folder, option)
     note_output_folder(folder)
     return acquire(osp.join(folder, LOCK_NAME), f'{option} {folder!r}')

@@ -1,13 +1,9 @@
-"""The errors every tool reports as one line, and their exit statuses;
-kept apart from :mod:`.cli` so that the modules ``cli`` builds on can
-raise them.
-
-Two kinds of failure are told apart (:func:`~mmseg_whitebox.cli.run_tool`):
-a user's mistake (bad input: a :class:`ToolError`) is one line and exit
-status :data:`BAD_INPUT`; anything else is a bug, exit status
-:data:`INTERNAL_ERROR`, with its traceback kept. A result that fails the
-tool's own check (:class:`CheckFailedError`) is neither: one line, exit
-status :data:`INTERNAL_ERROR`, nothing to debug in the tool.
+"""The errors every tool reports as one line, and their exit statuses
+(kept apart from :mod:`.cli` so that what ``cli`` builds on can raise
+them). A user's mistake (:class:`ToolError`) is one line and
+:data:`BAD_INPUT`; anything else is a bug, :data:`INTERNAL_ERROR` with its
+traceback; a result failing the tool's own check
+(:class:`CheckFailedError`) is one line and :data:`INTERNAL_ERROR`.
 """
 
 #: exit status of every tool on bad input (as argparse's own errors)
@@ -18,12 +14,8 @@ INTERNAL_ERROR = 1
 
 
 class ToolError(Exception):
-    """Bad input to a tool: what was wrong and what to do about it.
-
-    :func:`~mmseg_whitebox.cli.run_tool` prints it as
-    ``<tool>: error: <message>`` (argparse's format) and exits with status
-    :data:`BAD_INPUT`, without a traceback.
-    """
+    """Bad input to a tool: what was wrong and what to do about it, printed
+    as ``<tool>: error: <message>`` (argparse's format)."""
 
 
 class InputError(ToolError, ValueError):

@@ -1,14 +1,10 @@
-"""Evaluating a (perturbed) model the way ``tools/test.py`` does.
-
-:class:`RunnerEvaluation` runs mmseg's own test loop and ``IoUMetric`` of a
-Runner built exactly as ``tools/test.py`` builds it
-(:func:`~mmseg_whitebox.engine.runner_config.build_test_runner`), so an
-unperturbed evaluation reproduces ``tools/test.py``'s numbers exactly;
-distributed evaluation comes with the Runner. :class:`LoopEvaluation` is
-the same loop for a model, dataloader and evaluator you built yourself.
-"""
+"""Evaluating a (perturbed) model the way ``tools/test.py`` does: with
+the test loop of a Runner built as it builds one
+(:class:`RunnerEvaluation`), or of a hand-built model, dataloader and
+evaluator (:class:`LoopEvaluation`)."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -37,22 +33,17 @@ class RunnerEvaluation:
 
     @property
     def num_images(self) -> int:
-        """The test set's size (a distributed run pads it on some
-        ranks)."""
+        """The test set's size (without a distributed run's padding)."""
         return len(self.runner.test_dataloader.dataset)
 
     def __call__(self) -> Metrics:
-        if self.quiet:
-            with quiet_logging():
-                metrics = self.runner.test_loop.run()
-        else:
+        with quiet_logging() if self.quiet else nullcontext():
             metrics = self.runner.test_loop.run()
         return {k: float(v) for k, v in metrics.items()}
 
     def shared_encoder(self, max_heads: int = 8) -> Any:
         """A :class:`~.shared_encoder.SharedEncoderEvaluation` on the
-        runner's test dataloader and evaluator: decode-head noise settings
-        evaluated ``max_heads`` at a time with one encoder pass."""
+        runner's test dataloader and evaluator."""
         loop = self.runner.test_loop
         return SharedEncoderEvaluation(self.model, loop.dataloader,
                                        loop.evaluator, max_heads,
@@ -80,7 +71,6 @@ class LoopEvaluation:
 
     @property
     def num_images(self) -> int:
-        """The data set's size."""
         return len(self.dataloader.dataset)
 
     def __call__(self) -> Metrics:

@@ -2,26 +2,17 @@
 over the data.
 
 Noise on decode-head parameters leaves the encoder's output unchanged, and
-the encoder is most of the compute. :class:`SharedEncoderEvaluation`
-therefore evaluates a chunk of noise settings (sigma x draw) together: per
-batch the encoder (``extract_feat``: backbone + neck) runs once per image
--- once per window in slide mode -- and every perturbed copy of the head
-runs on those features, each feeding its own copy of the test evaluator
-(mmseg's ``IoUMetric``).
-
-Per head copy, what follows the encoder is mmseg's prediction: for an
-``EncoderDecoder`` evaluated with ``IoUMetric`` (the configs here),
-:class:`~.shared_inference.HeadInference` computes it from the head's
-window logits without mmseg's fresh full-size maps, bit for bit the same;
-for any other segmentor or metric, the segmentor's own ``predict``
-(``slide_inference``/``whole_inference``, ``encode_decode``,
-``postprocess_result``) runs on a *view* of the segmentor, a shallow copy
-whose ``decode_head`` is the perturbed copy and whose ``extract_feat``
-returns the features the first copy computed, window by window in the
-same order. The head copies are ``deepcopy``s of the real head with
-:class:`~.perturbation.ParameterNoise` applied exactly as the
-one-setting-at-a-time path applies it (same seed, same order), so the
-results are identical; the real model is only read, never modified.
+the encoder is most of the compute. :class:`SharedEncoderEvaluation` runs
+the encoder (``extract_feat``) once per batch (per window in slide mode)
+for a chunk of settings, and every perturbed copy of the head -- a
+``deepcopy`` with :class:`~.perturbation.ParameterNoise` applied exactly
+as one draw at a time applies it -- on those features, each feeding its
+own copy of the test evaluator. After the head, each copy makes mmseg's
+prediction with :class:`~.shared_inference.HeadInference`, or, where that
+does not apply, with the segmentor's own ``predict`` on a view of it whose
+``decode_head`` is the copy and whose ``extract_feat`` replays the
+recorded features. The results are those of one draw at a time; the real
+model is only read.
 """
 from __future__ import annotations
 
@@ -35,10 +26,9 @@ import torch
 import torch.nn as nn
 
 from mmseg_whitebox.compat import module_view
-from mmseg_whitebox.engine.hooks import count_nonfinite
+from mmseg_whitebox.engine.hooks import NonFiniteCounter
 from mmseg_whitebox.utils.distributed import unwrap_model
 from mmseg_whitebox.utils.logs import quiet_logging
-from mmseg_whitebox.utils.per_image import gather_images
 from .perturbation import ParameterNoise
 from .shared_inference import HeadInference, fast_path_unsupported
 
@@ -63,8 +53,7 @@ def shared_encoder_unsupported(model: nn.Module,
                                ) -> Optional[str]:
     """Why ``parameters`` cannot be swept with a shared encoder (``None``
     if they can): the model must be an mmseg ``EncoderDecoder`` and every
-    parameter must lie in its decode head, or the encoder's output would
-    change with the noise."""
+    parameter in its decode head."""
     from mmseg.models.segmentors import EncoderDecoder
     model = unwrap_model(model)
     if not isinstance(model, EncoderDecoder):
@@ -81,9 +70,8 @@ def shared_encoder_unsupported(model: nn.Module,
 
 
 class _FeatureCache:
-    """``extract_feat`` for the views of one batch: the first view runs the
-    real encoder and keeps its output per call (per window); the others get
-    those features back, call by call."""
+    """``extract_feat`` for the views of one batch: the first records the
+    real encoder's output per call (per window), the others replay it."""
 
     def __init__(self, encoder: Callable[[torch.Tensor], Any]) -> None:
         self.encoder = encoder
@@ -118,8 +106,7 @@ class _FeatureCache:
         return replay
 
     def check_unchanged(self) -> None:
-        """The heads must not modify their input features in place (the
-        next head would see them changed)."""
+        """The heads must not modify their input features in place."""
         for _, feats, versions in self.calls:
             if [t._version for t in self._tensors(feats)] != versions:
                 raise RuntimeError(
@@ -128,40 +115,17 @@ class _FeatureCache:
                     '--no-shared-encoder')
 
 
-def _segmentor_view(model: nn.Module, head: nn.Module,
-                    extract_feat: Callable[[torch.Tensor], Any]) -> nn.Module:
-    """A shallow copy of the segmentor with another decode head and
-    encoder, so that its own inference code runs unchanged (the real
-    segmentor's attributes are not touched;
-    :func:`~mmseg_whitebox.compat.module_view`)."""
-    view = module_view(model, decode_head=head)
-    view.extract_feat = extract_feat
-    return view
-
-
-def _nonfinite(outputs: Sequence[Any]) -> List[Tuple[int, int]]:
-    """Non-finite and total logits of each image, as
-    :class:`~mmseg_whitebox.engine.hooks.NonFiniteCounter` counts them."""
-    counts = []
-    for sample in outputs:
-        logits = getattr(sample, 'seg_logits', None)
-        counts.append((0, 0) if logits is None else
-                      (count_nonfinite(logits.data), logits.data.numel()))
-    return counts
-
-
 class SharedEncoderEvaluation:
     """Evaluates noise settings of the decode head with one encoder pass
     per chunk of settings (see module docstring).
 
     Args:
         model: the segmentor (an mmseg ``EncoderDecoder``, possibly
-            wrapped for distributed evaluation); only read.
+            wrapped); only read.
         dataloader: the test dataloader.
-        evaluator: the test evaluator (mmengine ``Evaluator``); a fresh
-            deep copy accumulates each setting.
-        max_heads: perturbed head copies held at a time, i.e. settings per
-            pass over the data (bounds the memory).
+        evaluator: the test ``Evaluator``; a deep copy per setting.
+        max_heads: head copies at a time, i.e. settings per pass over the
+            data (bounds the memory).
         fp16: run under autocast as ``TestLoop(fp16=True)`` does.
         quiet: silence the metric's per-class tables.
     """
@@ -207,25 +171,25 @@ class SharedEncoderEvaluation:
         return twin
 
     def _run_views(self, model: nn.Module, heads: Sequence[nn.Module],
-                   data: dict) -> Iterator[Tuple[list, list]]:
-        """Per head: mmseg's own ``predict`` on a view of the segmentor
-        (the encoder's features recorded by the first, replayed to the
-        others); the non-finite and total logits of each image and the
-        outputs."""
+                   data: dict, counters: Sequence[NonFiniteCounter]
+                   ) -> Iterator[list]:
+        """Per head, the outputs of mmseg's own ``predict`` on a view of
+        the segmentor (:func:`~mmseg_whitebox.compat.module_view`)."""
         from mmengine.runner.amp import autocast
         cache = _FeatureCache(model.extract_feat)
-        for i, head in enumerate(heads):
-            view = _segmentor_view(model, head, cache.record if i == 0
-                                   else cache.replayer())
+        for i, (head, counter) in enumerate(zip(heads, counters)):
+            view = module_view(model, decode_head=head)
+            view.extract_feat = cache.record if i == 0 else cache.replayer()
             samples = copy.deepcopy(data['data_samples'])
             with autocast(enabled=self.fp16):
                 outputs = view.predict(data['inputs'], samples)
             cache.check_unchanged()
-            yield _nonfinite(outputs), outputs
+            counter.count(outputs)
+            yield outputs
 
     def _run_fast(self, model: nn.Module, heads: Sequence[nn.Module],
-                  data: dict, fast: HeadInference
-                  ) -> Iterator[Tuple[int, int, list]]:
+                  data: dict, counters: Sequence[NonFiniteCounter],
+                  fast: HeadInference) -> Iterator[list]:
         """As :meth:`_run_views`, with :class:`~.shared_inference.
         HeadInference` after the encoder; the outputs hold what
         ``IoUMetric`` reads."""
@@ -240,13 +204,13 @@ class SharedEncoderEvaluation:
             features = [cache.record(inputs if w is None else
                                      inputs[:, :, w[0]:w[1], w[2]:w[3]])
                         for w in windows]
-        for head in heads:
+        for head, counter in zip(heads, counters):
             with autocast(enabled=self.fp16):
                 logits = fast.seg_logits(head, inputs, metas, windows,
                                          features)
                 predicted = fast.predictions(logits, samples)
             cache.check_unchanged()
-            outputs, counts = [], []
+            outputs = []
             for sample, (pred, nonfinite, values) in zip(samples,
                                                          predicted):
                 out = SegDataSample(metainfo=sample.metainfo)
@@ -254,8 +218,8 @@ class SharedEncoderEvaluation:
                     out.gt_sem_seg = sample.gt_sem_seg
                 out.pred_sem_seg = PixelData(data=pred)
                 outputs.append(out)
-                counts.append((nonfinite, values))
-            yield counts, outputs
+                counter.per_image.append((nonfinite, values))
+            yield outputs
 
     def __call__(self, settings: Sequence[NoiseSetting]) -> List[Metrics]:
         """The test metrics of each setting (plus ``nonfinite_fraction``),
@@ -273,26 +237,22 @@ class SharedEncoderEvaluation:
         with ExitStack() as stack, torch.no_grad():
             heads = [self._perturbed_head(s, stack) for s in settings]
             evaluators = [self._fresh_evaluator() for _ in settings]
-            counts: List[List[Tuple[int, int]]] = [[] for _ in settings]
+            counters = [NonFiniteCounter() for _ in settings]
             for batch in self.dataloader:
                 with autocast(enabled=self.fp16):
                     data = model.data_preprocessor(batch, False)
-                runs = (self._run_fast(model, heads, data, fast) if fast
-                        else self._run_views(model, heads, data))
-                for i, (images, outputs) in enumerate(runs):
-                    counts[i] += images
-                    evaluators[i].process(data_samples=outputs,
-                                          data_batch=batch)
+                runs = (self._run_fast(model, heads, data, counters, fast)
+                        if fast else
+                        self._run_views(model, heads, data, counters))
+                for outputs, evaluator in zip(runs, evaluators):
+                    evaluator.process(data_samples=outputs, data_batch=batch)
             size = len(self.dataloader.dataset)
             results = []
-            for evaluator, images in zip(evaluators, counts):
+            for evaluator, counter in zip(evaluators, counters):
                 with quiet_logging() if self.quiet else nullcontext():
                     metrics = evaluator.evaluate(size)
                 metrics = {k: float(v) for k, v in metrics.items()}
-                # every rank's images, the padding dropped, as the metric
-                images = gather_images(images, size)
-                total = sum(values for _, values in images)
-                metrics['nonfinite_fraction'] = sum(
-                    bad for bad, _ in images) / total if total else 0.0
+                metrics['nonfinite_fraction'] = counter.fraction_over_ranks(
+                    size)
                 results.append(metrics)
         return results

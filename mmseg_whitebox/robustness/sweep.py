@@ -1,28 +1,17 @@
 """The noise sweep: clean, ablated and noisy evaluations, saved as they
 finish.
 
-For every selection (all attention layers, or one layer at a time) and
-every sigma, ``draws`` noise draws are evaluated; each draw perturbs the
-selected parameters, evaluates, and restores them bit for bit. Per sigma
-the mean, std, min and max of mIoU, aAcc and mAcc over the draws are kept,
-with the fraction of non-finite logits. Two references come with every
-sweep, because a flat robustness curve means something only next to them:
-
-* clean: the unperturbed model;
-* ablated: the selected attention layers' residual updates set to zero --
-  if this is within a point of clean, the attention is not used and its
-  "robustness" says nothing;
-
-and the attention usage ratios ``||update|| / ||residual stream||`` per
-layer, measured during the clean evaluation. Selections with the same
-attention sites (e.g. the parameter groups of :mod:`.groups`) share one
-ablation evaluation. The summary metrics of :mod:`.summary` (CI, retention,
-AUC, sigma_50) are written with every save.
-
-With a :class:`~.shared_encoder.SharedEncoderEvaluation` (``shared``) and
-every perturbed parameter in the decode head, the noise draws are
-evaluated ``max_heads`` at a time with one encoder pass each (the same
-results, saved per draw); otherwise, with a message, one at a time.
+For every selection and sigma, ``draws`` noise draws each perturb the
+selected parameters, evaluate and restore them; per sigma the mean, std,
+min and max of each metric are kept, with the fraction of non-finite
+logits. A flat robustness curve means something only next to two
+references, which come with every sweep: the clean model (with the
+attention usage ratios measured on it) and the selected attention layers
+ablated -- within a point of clean, the attention is unused. Selections
+with the same sites share one ablation. With a
+:class:`~.shared_encoder.SharedEncoderEvaluation` and every perturbed
+parameter in the decode head, the draws are evaluated ``max_heads`` at a
+time with one encoder pass each (the same results).
 """
 from __future__ import annotations
 
@@ -46,9 +35,7 @@ from .summary import attention_unused, summarize_results, summary_rows
 from .sweep_options import NoiseSweepOptions
 
 METRICS = ('mIoU', 'aAcc', 'mAcc')
-#: what the sweep calls for the current metrics
 Evaluate = Callable[[], Metrics]
-#: said (and saved) when no selection covers a registered attention site
 NOT_MEASURED = ('attention removal and usage not measured: the selection '
                 'covers no registered attention site (docs/robustness.md, '
                 '"Supported attention")')
@@ -62,7 +49,6 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
         if not values:
             continue
         out[f'{key}_mean'] = statistics.fmean(values)
-        # the sample standard deviation, as the confidence interval uses
         out[f'{key}_std'] = statistics.stdev(values) if len(values) > 1 \
             else 0.0
         out[f'{key}_min'] = min(values)
@@ -74,12 +60,10 @@ def summarize(draws: List[Dict[str, float]]) -> Dict[str, float]:
 
 class ResultStore(ResultsFolder):
     """A noise sweep's results (:class:`~.resume.ResultsFolder`):
-    ``results.json`` (everything, draws included, and the summary of
-    :mod:`.summary` under ``'summary'``), ``results.csv`` (one row per
-    finished point), ``summary.csv`` (one row per selection),
-    ``attention_usage.{json,csv}`` and, when measured,
-    ``subspace_angles.{json,csv}``, rewritten after every draw (the pass
-    in progress of a shared-encoder sweep)."""
+    ``results.json`` (everything, with the :mod:`.summary` under
+    ``'summary'``), ``results.csv`` (a row per point), ``summary.csv`` (a
+    row per selection), ``attention_usage.{json,csv}`` and, when measured,
+    ``subspace_angles.{json,csv}``, rewritten after every draw."""
 
     WHAT = 'noise sweep'
 
@@ -88,7 +72,6 @@ class ResultStore(ResultsFolder):
         return dict(setup={}, clean=None, ablation={}, attention_usage=[],
                     points=[], partial={})
 
-    # -- access -----------------------------------------------------------
     def point(self, selection: str, sigma: float) -> Optional[Dict]:
         for p in self.data['points']:
             if p['selection'] == selection and p['sigma'] == sigma:
@@ -98,7 +81,6 @@ class ResultStore(ResultsFolder):
     def partial_draws(self, selection: str, sigma: float) -> List[Dict]:
         return list(self.data['partial'].get(f'{selection}@{sigma!r}', []))
 
-    # -- updates (each one saved immediately) -----------------------------
     def set_clean(self, metrics: Dict[str, float]) -> None:
         self.data['clean'] = metrics
         self.save()
@@ -112,8 +94,6 @@ class ResultStore(ResultsFolder):
         self.save()
 
     def add_subspace_rows(self, rows: List[Dict[str, Any]]) -> None:
-        """Rows of :func:`.subspaces.subspace_change` (one per selection,
-        layer and sigma)."""
         self.data.setdefault('subspace_angles', []).extend(rows)
         self.save()
 
@@ -130,7 +110,6 @@ class ResultStore(ResultsFolder):
         self.save()
         return point
 
-    # -- files ------------------------------------------------------------
     def save(self) -> None:
         if self.out_dir is None:
             return
@@ -143,14 +122,13 @@ class ResultStore(ResultsFolder):
                                num_parameters=setup.get('num_parameters'))
         if summary:
             write_csv(osp.join(self.out_dir, 'summary.csv'),
-                        list(summary[0]), summary)
-        for key, name in (('attention_usage', 'attention_usage'),
-                          ('subspace_angles', 'subspace_angles')):
-            rows = self.data.get(key)
+                      list(summary[0]), summary)
+        for name in ('attention_usage', 'subspace_angles'):
+            rows = self.data.get(name)
             if rows:
                 write_json(osp.join(self.out_dir, f'{name}.json'), rows)
                 write_csv(osp.join(self.out_dir, f'{name}.csv'),
-                            list(rows[0]), rows)
+                          list(rows[0]), rows)
 
     def rows(self) -> List[Dict[str, Any]]:
         """The CSV rows: clean, ablated (per selection), then the points."""
@@ -193,22 +171,17 @@ class NoiseSweep:
     """Run a sweep (see module docstring).
 
     Args:
-        model: the model ``evaluate`` evaluates (its parameters are the
-            ones in ``selections``).
-        evaluate: callable returning the current test metrics, e.g. a
+        model: the model ``evaluate`` evaluates.
+        evaluate: returns the current test metrics, e.g. a
             :class:`~.evaluation.RunnerEvaluation`.
         selections: what to perturb; several for one layer at a time.
-        options: the sweep's ``sigmas`` (0 is the clean model), ``draws``
-            (noise draws per sigma; draw ``i`` uses seed ``seed + i``),
-            ``mode`` and ``ablation`` (also evaluate the ablation
-            reference per selection); the other fields are
-            :func:`~.noise_robustness.run_noise_sweep`'s.
-        store: where results go (in-memory only if None).
-        on_progress: called with a short status string after each
-            evaluation (e.g. to advance a progress bar).
-        shared: evaluate the noise draws with a shared encoder (see module
-            docstring); ``None``: one at a time.
-        log: where the message on the evaluation path goes.
+        options: uses ``sigmas`` (0: the clean model), ``draws`` (draw
+            ``i`` has seed ``seed + i``), ``mode`` and ``ablation``.
+        store: where results go (in memory if None).
+        on_progress: called with a status line after each evaluation.
+        shared: evaluate the draws with a shared encoder (None: one at a
+            time).
+        log: where messages on the evaluation path go.
     """
 
     def __init__(self,
@@ -233,9 +206,8 @@ class NoiseSweep:
         self.on_progress = on_progress or (lambda status: None)
         self.shared = shared
         self.log = log
-        #: the data set's size, where ``evaluate`` tells it: the padding a
-        #: distributed evaluation adds is then left out of the per-image
-        #: statistics (non-finite fraction, attention usage)
+        #: the data set's size, to leave a distributed run's padding out
+        #: of the per-image statistics
         self.num_images: Optional[int] = getattr(evaluate, 'num_images',
                                                  None)
 
@@ -247,13 +219,7 @@ class NoiseSweep:
             n += len({self._sites_key(s) for s in self.selections
                       if s.sites and s.label not in self.store.data['ablation']
                       and self._shared_ablation(s) is None})
-        for sel in self.selections:
-            for sigma in self.sigmas:
-                if self.store.point(sel.label, sigma):
-                    continue
-                draws = 1 if sigma == 0 else self.num_seeds
-                n += draws - len(self.store.partial_draws(sel.label, sigma))
-        return n
+        return n + sum(len(seeds) for _, _, seeds in self._pending())
 
     @staticmethod
     def _sites_key(selection: Selection) -> tuple:
@@ -318,8 +284,8 @@ class NoiseSweep:
         return store.data
 
     def _pending(self) -> List[tuple]:
-        """``(selection, sigma, seeds still to evaluate)`` of every
-        unfinished point, in sweep order."""
+        """``(selection, sigma, seeds to evaluate)`` of every unfinished
+        point, in sweep order."""
         pending = []
         for sel in self.selections:
             for sigma in self.sigmas:
@@ -360,7 +326,7 @@ class NoiseSweep:
 
     def _run_shared(self) -> None:
         """All pending draws, ``max_heads`` per pass over the data; each
-        point is finished once its last draw is in, in sweep order."""
+        point is finished once its last draw is in."""
         pending = self._pending()
         settings = [(sel, sigma, seed) for sel, sigma, seeds in pending
                     for seed in seeds]

@@ -1,29 +1,11 @@
 """Checks of segmentation data that fail loudly, naming the file and the fix.
 
-mmseg's datasets and loaders accept bad data quietly or fail far from the
-cause: an empty split dies in ``np.concatenate``, a label without its image
-is skipped, an RGB label or a label of another size fails with an
-``IndexError`` in a later transform, label values above the number of
-classes only lower the mIoU, a truncated PNG raises ``image file is
-truncated`` without a file name. Two registered pieces catch these where
-they arise, without forking mmseg's datasets:
-
-``CheckedSegDataset`` (``DATASETS``)
-    Builds the mmseg dataset named by ``dataset_type`` with the other keys
-    and returns *that* dataset (so ``train_dataloader.dataset.data_root=...``
-    overrides keep working). At build time it checks the split: not empty,
-    every image has its label, every label its image (one extra directory
-    listing). Per sample, files that cannot be read are named in the error.
-
-``CheckSegSample`` (``TRANSFORMS``)
-    Placed right after ``LoadAnnotations``: the label must be single-channel,
-    of its image's size, with values in ``[0, num_classes)`` or the ignore
-    index, and a 16-bit label file must hold no value above 255 (mmseg
-    casts labels to 8 bits: 258 would become 2). ``num_classes`` and
-    ``ignore_index`` default to the dataset's (filled in by
-    ``CheckedSegDataset``). Costs a few array reductions per sample.
-
-Both raise :class:`InputError`.
+mmseg accepts bad data quietly or fails far from the cause (an empty split
+in ``np.concatenate``, an RGB label as an ``IndexError``, out-of-range
+labels as a lower mIoU, a truncated PNG without its name). Two registered
+pieces catch these where they arise, raising :class:`InputError`:
+``CheckedSegDataset`` (the split's image/label pairs at build time, an
+unreadable file named per sample) and ``CheckSegSample`` (each label map).
 """
 from __future__ import annotations
 
@@ -60,9 +42,8 @@ def _list_files(folder: str, suffix: str) -> List[str]:
 
 
 def check_split(dataset: Any, data_list: List[dict]) -> None:
-    """Build-time check of ``dataset``'s file list: the split is not empty
-    and images and labels come in pairs. Raises :class:`InputError`.
-    """
+    """The split ``data_list`` of ``dataset`` is not empty and its images
+    and labels come in pairs."""
     img_dir = dataset.data_prefix.get('img_path', None)
     ann_dir = dataset.data_prefix.get('seg_map_path', None)
     ann_file = getattr(dataset, 'ann_file', '') or ''
@@ -137,8 +118,8 @@ def _is_read_error(transform: Any, exc: BaseException) -> bool:
 
 
 class FileNamingCompose(Compose):
-    """mmengine's ``Compose`` that names the sample's file when a loading
-    transform cannot read it (mmcv/PIL errors do not)."""
+    """mmengine's ``Compose`` naming the sample's file when a loading
+    transform cannot read it."""
 
     def __call__(self, data: dict) -> Optional[dict]:
         for t in self.transforms:
@@ -157,8 +138,8 @@ class FileNamingCompose(Compose):
 
 
 def unreadable_message(data: dict, exc: BaseException) -> str:
-    """The message for a sample whose image or label cannot be read
-    (``data``: the sample dict at the failing transform)."""
+    """The message for a sample (``data``, at the failing transform) whose
+    image or label cannot be read."""
     is_image = 'img' not in data
     path = data.get('img_path') if is_image else data.get('seg_map_path')
     kind = 'image' if is_image else 'label'
@@ -195,9 +176,10 @@ def configure_sample_checks(dataset: Any) -> None:
 @DATASETS.register_module(name='CheckedSegDataset')
 def checked_seg_dataset(dataset_type: str, check_pairs: bool = True,
                         **kwargs: Any) -> Any:
-    """Build mmseg's ``dataset_type`` from ``kwargs`` and return it, with
-    the build-time split checks, unreadable files named per sample, and the
-    pipeline's :class:`CheckSegSample` told the number of classes."""
+    """Build mmseg's ``dataset_type`` from ``kwargs`` and return *that*
+    dataset (so ``dataset.data_root=...`` overrides keep working), with
+    the split checked at build (``check_pairs``), unreadable files named
+    per sample and the pipeline's :class:`CheckSegSample` configured."""
     lazy = kwargs.pop('lazy_init', False)
     dataset = DATASETS.build(dict(type=dataset_type, lazy_init=True,
                                   **kwargs))
@@ -218,7 +200,7 @@ def checked_seg_dataset(dataset_type: str, check_pairs: bool = True,
 class CheckSegSample:
     """Check the label map a sample just loaded (put it right after
     ``LoadAnnotations``): single channel, its image's size, values in
-    ``[0, num_classes)`` or ``ignore_index``.
+    ``[0, num_classes)`` or ``ignore_index``, no 16-bit value above 255.
 
     Args:
         num_classes: number of classes; None: the dataset's (set by
@@ -260,9 +242,8 @@ class CheckSegSample:
 
     @staticmethod
     def _check_bit_depth(label: Any) -> None:
-        """mmseg's ``LoadAnnotations`` casts a label to 8 bits: in a 16-bit
-        (or 32-bit) PNG, class 258 silently becomes class 2. The header
-        says the depth; only a deeper file is read again."""
+        """mmseg casts labels to 8 bits (in a 16-bit PNG class 258 becomes
+        2); only a file whose header says it is deeper is read again."""
         if not isinstance(label, str) or not osp.isfile(label):
             return
         from PIL import Image

@@ -26,13 +26,8 @@ INSTALL_HINT = ("install the corruptions extra: pip install -e "
 # -- the library ------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def load_imagecorruptions() -> types.ModuleType:
-    """The ``imagecorruptions`` package, adapted to this environment
-    (:func:`~mmseg_whitebox.compat.import_imagecorruptions`).
-
-    Raises:
-        ToolError: with install
-            instructions, when it is missing.
-    """
+    """The ``imagecorruptions`` package, adapted to this environment; a
+    :class:`ToolError` with install instructions when it is missing."""
     try:
         return import_imagecorruptions()
     except ImportError as exc:
@@ -55,14 +50,8 @@ def corruption_names(group: str = 'all') -> List[str]:
 
 def resolve_corruptions(names: Sequence[str],
                         option: str = 'corruptions') -> List[str]:
-    """Corruption names (and group names, expanded) in order, without
-    repeats; ``option``: what the errors call the setting (e.g.
-    ``--corruptions``).
-
-    Raises:
-        InputError: naming the unknown ones and listing the valid
-            names and groups.
-    """
+    """Corruption names (group names expanded) in order, without repeats;
+    an :class:`InputError` names unknown ones (``option``: the setting)."""
     valid = corruption_names('all')
     out: List[str] = []
     unknown = []
@@ -96,13 +85,8 @@ def _severity(value: Any) -> Any:
 
 def check_severities(severities: Sequence[Any],
                      option: str = 'severities') -> List[int]:
-    """Severities as sorted unique ints in 1..5, from ints or their text
-    (as a command line gives them); ``option``: what the errors call the
-    setting (e.g. ``--severities``).
-
-    Raises:
-        InputError: for anything else.
-    """
+    """Severities (ints or their text) as sorted unique ints in 1..5; an
+    :class:`InputError` for anything else (``option``: the setting)."""
     values = [_severity(s) for s in severities]
     if None in values or not values:
         raise InputError(

@@ -26,8 +26,7 @@ def image_seed(seed: int, corruption: str, key: str) -> int:
 @contextlib.contextmanager
 def _numpy_seed(seed: int) -> Iterator[None]:
     """Seed numpy's global generator (the library's only randomness) for
-    the block; the previous state is restored, so nothing else is
-    disturbed."""
+    the block, restoring its state after."""
     state = np.random.get_state()
     np.random.seed(seed)
     try:
@@ -130,7 +129,6 @@ class ImageCorruption(BaseTransform):
         results['img'] = corrupt_image(results['img'], self.corruption,
                                        self.severity, seed,
                                        self.channel_order)
-
         return results
 
     def __repr__(self) -> str:

@@ -1,8 +1,7 @@
 """A small, learnable, synthetic dataset in the real ADE20K folder layout.
 
-ADE20K itself cannot be downloaded everywhere (CI, air-gapped machines), yet
-tests and demos should run the real mmseg ``ADE20KDataset``, pipeline and
-``IoUMetric``. This module writes::
+So that tests and demos run the real mmseg ``ADE20KDataset``, pipeline and
+``IoUMetric`` where ADE20K cannot be downloaded, this module writes::
 
     ROOT/ADEChallengeData2016/
         images/{training,validation}/ADE_{train,val}_%08d.jpg   RGB JPEG
@@ -17,20 +16,15 @@ with the ADE20K label convention: 0 = "other" (ignored; mmseg's
 Two variants:
 
 ``appearance``
-    Textured background ("wall") with random shapes on top. A shape's class
-    is decided by its colour *and* its texture (``num_classes`` classes laid
-    out on a colour x texture grid, so neither cue alone suffices); shape
-    kind, size, position, texture phase, brightness and pixel noise are
-    nuisance. A per-pixel classifier can solve it in principle, a ViT learns
-    it within a few hundred CPU iterations.
+    Random shapes on a textured background ("wall"); a shape's class is
+    decided by its colour *and* its texture (a colour x texture grid, so
+    neither cue alone suffices), the rest is nuisance.
 
 ``context``
-    Pixels alone cannot decide the class. Every image holds one landmark
-    (class "signboard") drawn in one of two looks, its *theme*. Shapes come
-    in ``num_classes // 2`` appearances; appearance ``i`` is class ``A_i``
-    when the theme is 0 and class ``B_i`` when it is 1. The landmark is
-    anywhere in the image, so labelling a shape needs information from
-    far-away tokens: attention (or some other global mixing) must be used.
+    Pixels alone cannot decide the class: appearance ``i`` is class
+    ``A_i`` or ``B_i`` by the image's *theme*, the look of one landmark
+    (class "signboard") anywhere in the image, so labelling a shape needs
+    global mixing such as attention.
 """
 from __future__ import annotations
 
@@ -380,4 +374,3 @@ def chance_miou(pixel_counts: Dict[str, int]) -> float:
     inter = frac / k
     union = frac + 1.0 / k - inter
     return float(100.0 * np.mean(inter / union))
-

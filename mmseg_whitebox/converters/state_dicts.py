@@ -27,8 +27,7 @@ Converter = Callable[[StateDict], Tuple[StateDict, List[str], List[str]]]
 
 
 def read_npz(path: str) -> Dict[str, np.ndarray]:
-    """The arrays of a ``.npz`` file, read with ``allow_pickle=False`` (an
-    object array, which would need unpickling, is refused). Raises
+    """The arrays of a ``.npz`` file, read with ``allow_pickle=False``;
     ``ValueError`` saying what is wrong with the file."""
     if osp.getsize(path) == 0:
         raise InputError(f'{path!r} is empty (0 bytes): the download or '
@@ -46,11 +45,9 @@ def read_npz(path: str) -> Dict[str, np.ndarray]:
 
 
 def read_state_dict(path: str) -> StateDict:
-    """The tensors of ``path`` (``.pth``/``.pt`` read weights-only, or
-    ``.safetensors``); a checkpoint that wraps them under ``state_dict``
-    or ``model`` is unwrapped. A ``.npz`` is a JAX ViT (the AugReg files
-    timm 0.4.12 loads), returned on timm's keys. Raises ``ValueError``
-    saying what is wrong with the file."""
+    """The tensors of ``path`` (``.pth``/``.pt`` read weights-only and
+    unwrapped from ``state_dict``/``model``, ``.safetensors``, or a JAX
+    ViT ``.npz`` on timm's keys); ``ValueError`` saying what is wrong."""
     if not osp.isfile(path):
         raise InputError(f'{path!r} does not exist')
     if path.endswith('.npz'):
@@ -92,13 +89,11 @@ def check_tensors(state: StateDict, path: str) -> None:
 
 def convert_file(src: str, dst: str, convert: Converter,
                  config: Optional[str] = None) -> str:
-    """Convert the state dict in ``src`` and save it to ``dst`` as a
-    weights-only checkpoint (``dict(state_dict=...)``, what
-    ``init_cfg=dict(type='Pretrained', checkpoint=dst)`` reads). A key
-    ``convert`` cannot map stops the conversion before anything is
-    written (``ValueError`` listing them); so does, with ``config``, a
-    result that does not fit that config's backbone exactly (see
-    :func:`check_fits_backbone`). Returns a one-line summary."""
+    """Convert the state dict in ``src`` and save it to ``dst`` as
+    ``dict(state_dict=...)`` (what a ``Pretrained`` ``init_cfg`` reads).
+    Unmappable keys, or with ``config`` a result that does not fit its
+    backbone (:func:`check_fits_backbone`), stop it before anything is
+    written (``ValueError``). Returns a one-line summary."""
     check_not_input(dst, [src, config], 'DST')
     state = read_state_dict(src)
     check_tensors(state, src)
@@ -117,9 +112,8 @@ def convert_file(src: str, dst: str, convert: Converter,
 
 
 def check_fits_backbone(state: StateDict, config: str) -> None:
-    """Raise unless converted backbone weights fit the backbone of the
-    mmseg ``config`` that is to load them (strictly, as WhiteBoxViT's
-    pretrained loading does)."""
+    """Raise unless converted weights fit the backbone of ``config``
+    strictly (as WhiteBoxViT's pretrained loading does)."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -155,15 +149,12 @@ def convert_segmenter_file(src: str, dst: str,
                            out_config: Optional[str] = None,
                            released_gradients: bool = False
                            ) -> Dict[str, Any]:
-    """A published checkpoint of the Segmenter codebase (Segmenter, DEPICT,
-    CBT; ``variant.yml`` beside it unless given) as a whole mmseg
-    segmentor: the weights, loaded strictly into the model of ``config``
-    (default: this project's config for the decoder, size and classes)
-    with what the checkpoint needs beyond it, written to ``dst``, and a
-    config inheriting ``config`` with those settings, written to
-    ``out_config`` (default: ``dst`` with ``.py``). Nothing is written
-    unless every key maps and the strict load succeeds (``ValueError``
-    naming the keys). Returns what was done, for the tool's printout."""
+    """A published Segmenter-codebase checkpoint (``variant.yml`` beside it
+    unless given) as an mmseg segmentor: the weights to ``dst``, and to
+    ``out_config`` (default: ``dst`` with ``.py``) a config inheriting
+    ``config`` (default: this project's for the model) with what the
+    checkpoint needs. Nothing is written unless every key maps and loads
+    strictly (``ValueError``). Returns what was done."""
     explicit_variant = variant is not None
     variant = variant or osp.join(osp.dirname(osp.abspath(src)),
                                   'variant.yml')

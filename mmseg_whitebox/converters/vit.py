@@ -1,15 +1,11 @@
 """timm ViT state dicts -> mmseg ``VisionTransformer`` or ``WhiteBoxViT``
-keys, and the ViT ``.npz`` files of Google's JAX code (the AugReg weights
-timm 0.4.12 downloads for ``vit_*_patch16_384``, which the released
-Segmenter, CBT and DEPICT code start from) -> timm keys.
+keys, and the JAX ViT ``.npz`` files (the AugReg weights timm 0.4.12
+downloads, which the released Segmenter, CBT and DEPICT code start from)
+-> timm keys.
 
-Next to the backbones it feeds. mmseg's ``VisionTransformer`` takes the
-weights as they are; this project's ``WhiteBoxViT`` takes them with MHSA
-layers (the same ViT) or QKVCBSA layers (the ViT made linear in the number
-of tokens with CBSA, CBSA paper Fig. 9), both of which keep timm's
-query/key/value and output projections; QKVCBSA adds only its step sizes.
-Unlike mmseg's Segmenter configs, the patch embedding keeps its bias:
-configs that load converted timm weights set ``patch_bias=True``.
+``WhiteBoxViT``'s MHSA and QKVCBSA layers keep timm's query/key/value and
+output projections (QKVCBSA adds only its step sizes). The patch embedding
+keeps its bias: configs loading converted weights set ``patch_bias=True``.
 """
 from __future__ import annotations
 
@@ -150,18 +146,11 @@ def _dense(kernel: np.ndarray) -> torch.Tensor:
 
 def augreg_to_timm(arrays: Mapping[str, np.ndarray],
                    source: str = 'the .npz file') -> StateDict:
-    """The arrays of a JAX ViT ``.npz`` (AugReg names, e.g.
-    ``Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/
-    kernel``) as a timm ``VisionTransformer`` state dict (``blocks.0.attn.
-    qkv.weight``, ...), the layout :func:`timm_vit_to_mmseg` and
-    :func:`vit_to_white_box` take.
-
-    The same weights as timm 0.4.12's ``_load_weights`` puts into its
-    model: kernels transposed to torch's (out, in), the query, key and
-    value kernels flattened over heads and stacked in that order into
-    ``qkv``, the output kernel flattened over heads. Raises
-    ``ValueError`` naming a key the file lacks, a key no ViT part reads
-    (hybrid ResNet stems, other models) or a shape that does not fit.
+    """The arrays of a JAX ViT ``.npz`` (AugReg names) as a timm
+    ``VisionTransformer`` state dict, the weights timm 0.4.12's
+    ``_load_weights`` puts into its model (query, key and value stacked
+    into ``qkv``). Raises ``ValueError`` naming a missing key, a key no
+    ViT part reads (a hybrid, another model) or a shape that does not fit.
     """
     prefix = (AUGREG_OPTIONAL_PREFIX
               if f'{AUGREG_OPTIONAL_PREFIX}embedding/kernel' in arrays else '')

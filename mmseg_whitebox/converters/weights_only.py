@@ -1,17 +1,10 @@
 """Convert a trusted checkpoint into one that loads weights-only.
 
-Checkpoints written by a plain mmengine run pickle Python objects (message
-hub buffers, numpy arrays), so this project refuses to load them: unpickling
-can run arbitrary code. If you trust a file, convert it once, from any
-directory:
-
-    python -m mmseg_whitebox weights-only IN.pth OUT.pth --trust
-
-(the same as ``mmseg-whitebox-weights-only IN.pth OUT.pth --trust``, or
-``python tools/model_converters/weights_only.py ...`` in a checkout), or
-call :func:`convert`.
-OUT.pth holds the same weights and training state as plain data; it can be
-used with tools/test.py, --resume, load_from and mmseg.apis.
+A plain mmengine run's checkpoint pickles Python objects, which this
+project refuses to load (unpickling can run arbitrary code). Convert a
+file you trust once (``python -m mmseg_whitebox weights-only IN.pth
+OUT.pth --trust``, or :func:`convert`): OUT.pth holds the same weights and
+training state as plain data.
 """
 from __future__ import annotations
 
@@ -26,9 +19,8 @@ from mmseg_whitebox.utils.tool_error import ToolError
 
 def convert(src: str, dst: str) -> None:
     """Load the trusted checkpoint ``src`` in full and write it to ``dst``
-    in the weights-only-safe encoding; a missing ``src``, ``dst`` naming
-    ``src`` and a ``src`` that is no checkpoint dict are a
-    :class:`ToolError`."""
+    in the weights-only-safe encoding (a bad ``src`` or ``dst`` is a
+    :class:`ToolError`)."""
     if not osp.isfile(src):
         raise ToolError(f'{src!r} does not exist')
     check_not_input(dst, [src], 'OUT')

@@ -1,40 +1,23 @@
 """Published white-box classification checkpoints -> ``WhiteBoxViT`` keys.
 
-Two published layouts share a pre-norm ``transformer.layers.<i>.0`` (the
-attention step, ``PreNorm(attn)``) and ``.1`` (``PreNorm(ISTA)``), a
-``pos_embedding``, a ``cls_token`` and a classifier ``mlp_head`` (a
-LayerNorm on the CLS token, which becomes the final norm, then the dropped
-linear classifier):
+Three layouts (:data:`LAYOUTS`):
 
-* the CBSA repository's ``CBSA_image_classification`` models (CBT, and its
-  CRATE and ToST variants): a convolutional stem
-  ``to_patch_embedding.proj.<0,2,4,6>`` (conv, BatchNorm), attention
-  weights ``fn.proj`` (CBSA) or ``fn.qkv`` (MSSA, TSSA), step sizes
-  ``fn.step_rep`` (eta) and ``fn.step_x`` (kappa), TSSA's ``fn.temp``, and
-  ``fn.to_out``; configs set ``stem_cfg=dict(type='ConvPatchStem')``;
-* the CRATE repository's models: a normalised linear patch embedding
-  ``to_patch_embedding.<1,2,3>`` (LayerNorm, Linear, LayerNorm), ``fn.qkv``
-  and ``fn.to_out.0``; configs set ``stem_cfg=dict(type='NormedPatchEmbed')``.
+* ``cbsa``, the CBSA repository's ``CBSA_image_classification`` models
+  (CBT, and its CRATE and ToST variants), and ``crate``, the CRATE
+  repository's: pre-norm ``transformer.layers.<i>.0`` (attention) and
+  ``.1`` (ISTA), ``pos_embedding``, ``cls_token`` and an ``mlp_head``
+  whose LayerNorm becomes the final norm. ``cbsa`` has a convolutional
+  stem (configs set ``stem_cfg=dict(type='ConvPatchStem')``), ``crate`` a
+  normalised linear patch embedding (``NormedPatchEmbed``).
+* ``tost``, ToST's own (``RobinWu218/ToST``, the ``tost_cab_*`` models):
+  timm-like ``blocks.<i>`` with a ``qkv`` bias (configs set
+  ``attn_cfg=dict(proj_bias=True)``) and layer scales, folded into the
+  linear layers they multiply. Its parts outside the blocks (Fourier
+  position encoding, CLS token, class-attention layers, classifier) are
+  dropped, to be trained anew.
 
-A third layout is ToST's own (``RobinWu218/ToST``,
-``tost_vision/tost.py``, the ``tost_cab_*`` models): timm-like
-``blocks.<i>.{norm1,attn,norm2,mlp}`` with a bias on ``attn.qkv`` (configs
-set ``attn_cfg=dict(proj_bias=True)``), ``attn.temp``, ``attn.to_out.0``,
-layer scales ``gamma1``/``gamma2``, and the convolutional stem as
-``patch_embed.proj``. The layer scales multiply the outputs of
-``attn.to_out.0`` and ``mlp.fc2``, so they are folded into those weights
-and biases: the converted blocks compute the released blocks. The parts
-outside the blocks that this project does not reproduce are dropped on
-purpose, and are to be trained anew: the Fourier position encoding
-(``pos_embeder``), the CLS token (ToST appends it only for its
-class-attention layers), the class-attention layers and their final norm,
-and the classifier.
-
-The published CBSA pools its representatives from ``w[:, :-1]`` (the last
-token dropped, although the CLS token is the first); ``CBSA`` pools the
-patch grid by default (eq. 5), and the CBT encoder configs set
-``rep_pool='leading'``, the released pooling, so a converted CBT computes
-the published blocks.
+The published CBSA pools its representatives from ``w[:, :-1]``; the CBT
+encoder configs set ``rep_pool='leading'`` to compute the same.
 """
 from __future__ import annotations
 

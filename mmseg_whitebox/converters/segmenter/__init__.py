@@ -1,12 +1,9 @@
 """Segmenter-codebase checkpoints -> this project's configs and keys.
 
-Three published codebases share the Segmenter frame (Strudel et al., ICCV
-2021; ``rstrudel/segmenter``): a ``Segmenter`` module with an ``encoder``
-(a timm-like ViT: ``patch_embed.proj``, ``cls_token``, ``pos_embed``,
-``blocks.<i>.{norm1,attn.qkv,attn.proj,norm2,mlp.fc1,mlp.fc2}``, ``norm``
-and an unused ImageNet ``head``) and a ``decoder``, and a ``variant.yml``
-beside the checkpoint whose ``net_kwargs`` describe the model. The
-decoders, told apart by their keys:
+Three published codebases share the Segmenter frame (``rstrudel/segmenter``):
+an ``encoder`` (a timm-like ViT with an unused ImageNet ``head``), a
+``decoder``, and a ``variant.yml`` whose ``net_kwargs`` describe the
+model. The decoders, told apart by their keys:
 
 * Segmenter mask transformer (``mask``): ``proj_dec``, ``blocks.<i>`` (the
   encoder's block), ``cls_emb``, ``proj_patch`` and ``proj_classes``
@@ -25,10 +22,8 @@ decoders, told apart by their keys:
   (``step_rep`` is ``eta``, ``step_x`` is ``kappa``).
 
 The released CBT decoder does not stop the gradient through its pooled
-initial representatives, as the paper's eq. 5 does and this project's
-``CBSA`` does by default. The forward pass is the same; to fine-tune a
-converted CBT checkpoint with the released code's gradients, set
-``attn_cfg=dict(rep_stop_grad=False)`` in the head.
+representatives (eq. 5, this project's default); the forward pass is the
+same, and ``attn_cfg=dict(rep_stop_grad=False)`` gives its gradients.
 """
 from .checkpoint import (KINDS, PublishedModel, describe, detect_decoder,
                          read_variant, segmenter_to_mmseg)

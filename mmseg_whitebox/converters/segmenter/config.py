@@ -24,15 +24,10 @@ FAMILIES = {
     'cbt': ('cbsa', 'cbsa_vit-{size}_'),
 }
 SIZES = {192: 't', 384: 's', 768: 'b', 1024: 'l'}
-# The released evaluation, segm/eval/miou.py (main): images resized by the
-# dataset's test pipeline, short side ``im_size`` (segm/config.yml,
-# dataset.<name>.im_size: ADE20K 512, Pascal Context 520, Cityscapes 1024)
-# and long side at most ``max_ratio`` times it (segm/data/base.py
-# update_default_config: img_scale = (max_ratio * im_size, im_size), with
-# max_ratio from segm/data/config/{ade20k,pascal_context,cityscapes}.py: 4,
-# 8, 2), whatever the window; the window is the training crop (the
-# variant's crop_size, which segm/train.py also writes as net_kwargs
-# image_size) and the stride the window less 32 pixels.
+#: the released evaluation's test resize (segm/eval/miou.py): short side
+#: ``im_size`` (segm/config.yml), long side at most ``max_ratio`` times it
+#: (segm/data/config/<dataset>.py), whatever the window; the window is the
+#: training crop, the stride the window less :data:`WINDOW_OVERLAP`
 RELEASED_TEST_RESIZE = {'ade20k': (512, 4), 'pascal_context': (520, 8),
                         'cityscapes': (1024, 2)}
 #: the released --multiscale ratios of the test resize target
@@ -48,16 +43,11 @@ WINDOW_OVERLAP = 32
 def model_settings(model: PublishedModel,
                    released_gradients: bool = False) -> Dict[str, Any]:
     """The ``model`` config (nested dict) the checkpoint needs: the
-    released encoder's sizes, its patch-embedding bias, its LayerNorm
-    eps (PyTorch's default, 1e-5; mmseg's Segmenter configs use timm's
-    1e-6) and its position-embedding resize (bilinear,
-    segm/model/utils.py resize_pos_embed; mmseg's configs: bicubic), the
-    decoder's sizes, and the released evaluation's window, stride,
-    normalisation and upsampling of small images (see
-    :data:`RELEASED_TEST_RESIZE` and :class:`~mmseg_whitebox.models.
-    data_preprocessors.ShortSideDataPreProcessor`). ``released_gradients``:
-    CBT heads without the stop-gradient on the pooled representatives, as
-    the released code trains."""
+    released encoder's sizes, patch-embedding bias, LayerNorm eps (1e-5,
+    not timm's 1e-6) and bilinear position-embedding resize, the decoder's
+    sizes, and the released evaluation's window, stride, normalisation and
+    upsampling of small images. ``released_gradients``: CBT heads without
+    the stop-gradient on the pooled representatives."""
     d = model.d_model
     window = tuple(int(s) for s in model.image_size)
     mean, std = RELEASED_NORMALIZATION[model.normalization]
@@ -98,12 +88,10 @@ def model_settings(model: PublishedModel,
 def converted_config(model: PublishedModel, config: str,
                      released_gradients: bool = False
                      ) -> Tuple[Any, Dict[str, Any], str]:
-    """What the converted checkpoint of ``model`` needs on top of the
-    ``config`` file: the merged mmengine ``Config``, the model overrides
-    (dotted keys, :func:`model_settings` less what ``config`` has), and
-    the text of a config file that inherits ``config`` and sets them and
-    the released test resize and multi-scale views where the config's
-    differ (:func:`released_pipeline`)."""
+    """``(merged Config, model overrides as dotted keys, text of a config
+    inheriting ``config``)`` for the converted checkpoint of ``model``:
+    :func:`model_settings` less what ``config`` has, and the released
+    test pipelines (:func:`released_pipeline`) where they differ."""
     import pprint
 
     from mmengine.config import Config
@@ -150,14 +138,10 @@ def released_scale(dataset: str, ratio: float = 1.0) -> Tuple[int, int]:
 
 def released_pipeline(pipeline: List[Dict[str, Any]],
                       dataset: Optional[str]) -> List[Dict[str, Any]]:
-    """``pipeline`` (a config's test or TTA pipeline) with the released
-    evaluation's resize for ``dataset`` (a key of
-    :data:`RELEASED_TEST_RESIZE`; ``None`` or another: the pipeline as it
-    is): a ``Resize`` goes to the released target; in a ``TestTimeAug``,
-    the list of ``Resize`` views becomes the released multi-scale views
-    (:data:`RELEASED_MULTISCALE_RATIOS` of the target). The upsampling of
-    images below the window is the data preprocessor's
-    (:func:`model_settings`)."""
+    """``pipeline`` (test or TTA) with the released resize for ``dataset``
+    (a key of :data:`RELEASED_TEST_RESIZE`, else unchanged): a ``Resize``
+    to the released target, a ``TestTimeAug``'s ``Resize`` views to the
+    released multi-scale views."""
     if dataset not in RELEASED_TEST_RESIZE:
         return pipeline
     out = []
@@ -178,10 +162,8 @@ def released_pipeline(pipeline: List[Dict[str, Any]],
 
 
 def pick_config(model: PublishedModel, configs_root: str) -> str:
-    """This project's config for the model: its decoder family, its
-    encoder size (else ViT-T, or the one config there is) and its dataset
-    by class count (else ADE20K); :func:`model_settings` fills in what
-    differs."""
+    """This project's config for the model's decoder family, encoder size
+    (else ViT-T or -S) and dataset (else ADE20K)."""
     folder, prefix = FAMILIES[model.kind]
     sizes = [SIZES.get(model.d_model), 't', 's']
     datasets = [DATASETS.get(model.n_cls), 'ade20k']
@@ -232,9 +214,8 @@ def nested(dotted: Dict[str, Any]) -> Dict[str, Any]:
 
 def load_strictly(model_cfg: Dict[str, Any],
                   state_dict: StateDict) -> torch.nn.Module:
-    """Build ``model_cfg`` (an mmseg segmentor config, no pretrained
-    weights) and load ``state_dict`` with ``strict=True``; a missing,
-    unexpected or misshapen key raises ``ValueError`` naming them all."""
+    """Build ``model_cfg`` (without pretrained weights) and load
+    ``state_dict`` strictly; ``ValueError`` naming every bad key."""
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
     init_default_scope('mmseg')

@@ -1,6 +1,5 @@
 """Several noise sweeps side by side: one table (Markdown and CSV) and one
-plot, with the summary metrics of :mod:`.summary` computed over the sigmas
-every sweep has (an AUC depends on the swept range)."""
+plot, summarised over the sigmas every sweep has."""
 from __future__ import annotations
 
 import os.path as osp
@@ -9,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 from mmseg_whitebox.utils.atomic import write_csv, write_text
 from mmseg_whitebox.utils.run_lock import lock_folder
 from mmseg_whitebox.utils.tool_error import InputError
-from .plotting import load_results, plot_robustness, result_label
+from .plotting import load_runs, plot_robustness
 from .summary import (common_sigmas, markdown_table, summarize_results,
                       summary_rows)
 
@@ -29,24 +28,19 @@ def compare_sweeps(folders: Sequence[str],
                    labels: Optional[Sequence[str]] = None,
                    sigmas: Optional[Sequence[float]] = None,
                    title: Optional[str] = None) -> Dict[str, str]:
-    """Write ``comparison.md``, ``comparison.csv`` and ``comparison.png``
-    for the sweeps in ``folders`` into ``out_dir``; returns their paths and
-    the Markdown text (key ``'markdown'``). ``sigmas``: the per-sigma
-    columns (default: every sigma common to all sweeps).
+    """Write ``comparison.{md,csv,png}`` for the sweeps in ``folders``
+    into ``out_dir``; returns their paths and the Markdown text (key
+    ``'markdown'``). ``sigmas``: the per-sigma columns (default: every
+    sigma common to all sweeps).
 
     Raises:
-        InputError: (a ``ValueError``) for a folder without a readable
-            ``results.json``, wrong labels, no common sigma, or a
-            requested sigma not in every sweep.
+        InputError: unreadable results, wrong labels, no common sigma, or
+            a requested sigma not in every sweep.
     """
     if labels and len(labels) != len(folders):
         raise InputError(f'--labels: give one label per folder '
                          f'({len(folders)}), got {len(labels)}')
-    runs = []
-    for i, folder in enumerate(folders):
-        results = load_results(folder)
-        runs.append((labels[i] if labels else result_label(results, folder),
-                     results))
+    runs = load_runs(folders, labels)
     common = common_sigmas([r for _, r in runs])
     if not common:
         raise InputError('the sweeps share no sigma > 0: nothing to '
@@ -76,7 +70,7 @@ def compare_sweeps(folders: Sequence[str],
     text = '\n\n'.join([f'# {title or "Robustness to parameter noise"}',
                         markdown_table(rows, columns)] +
                        [f'Note: {n}.' for n in notes] + [FORMULAS]) + '\n'
-    with lock_folder(out_dir, '--out'):  # one run writes there at a time
+    with lock_folder(out_dir, '--out'):
         write_text(paths['md'], text)
         write_csv(paths['csv'], list(rows[0]), rows)
         plot_robustness(runs, paths['png'], title, sigmas=common)

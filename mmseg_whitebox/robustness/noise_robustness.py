@@ -1,14 +1,7 @@
-"""The whole noise sweep of ``tools/noise_robustness.py`` as one call.
+"""The whole noise sweep of ``tools/noise_robustness.py`` as one call
+(:func:`run_noise_sweep`), and the printout it shows after it
+(:func:`format_summary`)::
 
-:func:`run_noise_sweep` builds the test Runner as ``tools/test.py`` does,
-selects the perturbed layers (and parameter groups), measures subspace
-angles if asked, runs the :class:`~.sweep.NoiseSweep` (clean model,
-attention removed, every sigma and draw; shared-encoder passes where the
-noise is in the decode head), saves the results as each draw finishes and
-plots ``robustness.png``; :func:`format_summary` is the printout the tool
-shows after it. A library user gets the same sweep, resumable, with::
-
-    from mmseg_whitebox.robustness import NoiseSweepOptions, run_noise_sweep
     data = run_noise_sweep('configs/...py', 'ckpt.pth',
                            NoiseSweepOptions(sigmas=[0.01, 0.1], draws=2))
 """
@@ -24,7 +17,7 @@ from mmseg_whitebox.engine.hooks import CheckpointCheckHook
 from mmseg_whitebox.utils.tool_error import ToolError
 from .evaluation import RunnerEvaluation
 from .groups import group_selections
-from .plotting import load_results, plot_robustness, result_label
+from .plotting import load_results, load_runs, plot_robustness
 from .selection import select_layers
 from .subspaces import (missing_sigmas, subspace_change, subspace_sites,
                         take_batches)
@@ -40,21 +33,19 @@ def run_noise_sweep(config: str,
                     checkpoint: str,
                     options: Optional[NoiseSweepOptions] = None,
                     log: Log = print) -> Dict[str, Any]:
-    """Run (or, with ``options.resume``, continue) the sweep of ``config``
-    with the weights of ``checkpoint``; returns the results (as saved in
-    ``results.json`` in ``options.out_dir(config)``). Bad input raises a
-    :class:`~mmseg_whitebox.utils.tool_error.ToolError` where it is found:
-    bad settings when the options are made, ``compare`` folders without
-    results and a results folder that is not to be written (or resumed)
-    before a model is built, a target or layer the model does not have
-    after. Any other error is raised as it is. On Ctrl-C, what is finished
-    is plotted before the ``KeyboardInterrupt`` goes on. The device is
-    ``options.device`` (:func:`~mmseg_whitebox.engine.runner_config.
-    run_device`: a launched sweep without a GPU needs ``'cpu'``)."""
+    """Run (or, with ``options.resume``, continue) the sweep: build the
+    test Runner as ``tools/test.py`` does, select what to perturb, measure
+    subspace angles if asked, run the :class:`~.sweep.NoiseSweep` and plot
+    ``robustness.png`` (also on Ctrl-C); returns the results as saved in
+    ``options.out_dir(config)``.
+
+    Bad input raises a :class:`~mmseg_whitebox.utils.tool_error.ToolError`
+    as early as it can be found (settings, ``compare`` folders and the
+    results folder before a model is built).
+    """
     options = options or NoiseSweepOptions()
-    # the arguments' mistakes before the config is even read
     for folder in options.compare:
-        load_results(folder)  # (read again for the plot)
+        load_results(folder)
     ResultStore.check_out_dir(options.out_dir(config), options.resume)
     cfg = runner_config(config, options.cfg_options, options.work_dir,
                         options.launcher)
@@ -111,11 +102,9 @@ def _sweep(config: str, checkpoint: str, cfg: Any,
     def plot() -> Optional[str]:
         if not main_process or not store.data.get('clean'):
             return None
-        runs = [(label, store.data)]
-        runs += [(result_label(results, folder), results)
-                 for folder, results in ((f, load_results(f))
-                                         for f in options.compare)]
-        return plot_robustness(runs, osp.join(out, 'robustness.png'))
+        return plot_robustness([(label, store.data)] +
+                               load_runs(options.compare),
+                               osp.join(out, 'robustness.png'))
 
     try:
         data = sweep.run()
@@ -132,9 +121,7 @@ def _measure_subspaces(evaluation: RunnerEvaluation, selections: list,
                        store: ResultStore, options: NoiseSweepOptions,
                        say: Log) -> None:
     """``subspace_angles``: the rows not measured yet, saved per
-    selection. The images are the test set's first ones, on every rank
-    of a distributed run too (not each rank's share of the test set), so
-    the rows are those of one process."""
+    selection, on the test set's first images (on every rank alike)."""
     from torch.utils.data import DataLoader
     loader = evaluation.runner.test_dataloader
     batches = take_batches(DataLoader(
@@ -153,15 +140,13 @@ def _measure_subspaces(evaluation: RunnerEvaluation, selections: list,
 
 
 def format_summary(data: Dict[str, Any], label: str) -> str:
-    """The sweep's summary as the tool prints it: clean and
-    attention-removed mIoU, every point with its 95% interval and
-    retentions, the summary table, attention usage and subspace change."""
+    """The sweep's summary as the tool prints it."""
     lines = []
     clean = data['clean']
     lines.append(f'\n== {label}: mIoU under {data["setup"]["mode"]} '
                  'parameter noise')
     lines.append(f'clean: mIoU {clean["mIoU"]:.2f}')
-    shown = set()  # parameter groups share their layers' ablation
+    shown = set()
     for sel, abl in data['ablation'].items():
         if tuple(abl.get('sites', [sel])) in shown:
             continue

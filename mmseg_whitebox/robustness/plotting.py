@@ -1,18 +1,8 @@
-"""``robustness.png``: mIoU against sigma (log axis, mIoU axis 0 to 100),
-the mean over noise draws with its spread, the AUC and sigma_50 in the
-legend (:mod:`.summary`), and per model its two references: the clean
-mIoU (dashed) and the mIoU with the perturbed attention removed (dotted).
-One colour per model; its parameter groups (``--groups``) are drawn in
-that colour with their own markers and dashed lines, so a comparison of
-several models with groups stays readable.
-
-The spread is what the draws can support (:func:`spread_drawing`): with
-at least :data:`MIN_DRAWS_FOR_T_INTERVAL` draws per sigma, error bars of
-the 95% t-interval (clipped to the mIoU range) and a min-max band; with
-fewer, the t-interval is too wide to read (t_{0.975,1} = 12.7 for two
-draws), so the min-max range alone. Each legend entry says which, and over
-how many draws.
-"""
+"""``robustness.png``: mIoU against sigma (log axis), the mean over draws
+with the spread they support (:func:`spread_drawing`), AUC and sigma_50 in
+the legend, and per model its clean (dashed) and attention-removed
+(dotted) references. One colour per model; its parameter groups share it
+with their own markers and dashed lines."""
 from __future__ import annotations
 
 import os.path as osp
@@ -52,6 +42,19 @@ def result_label(results: Results, folder: str) -> str:
         osp.normpath(folder))
 
 
+def load_runs(folders: Sequence[str],
+              labels: Optional[Sequence[str]] = None
+              ) -> List[Tuple[str, Results]]:
+    """``(label, results)`` of each sweep folder (default labels: the
+    sweeps' names)."""
+    runs = []
+    for i, folder in enumerate(folders):
+        results = load_results(folder)
+        runs.append((labels[i] if labels else result_label(results, folder),
+                     results))
+    return runs
+
+
 def draws_text(points: Sequence[Dict[str, Any]]) -> str:
     """'2 draws', '1 draw' or '2-3 draws' (a resumed sweep may differ
     per sigma)."""
@@ -63,12 +66,12 @@ def draws_text(points: Sequence[Dict[str, Any]]) -> str:
 
 def spread_drawing(points: Sequence[Dict[str, Any]],
                    is_group: bool) -> Tuple[Optional[str], bool]:
-    """What shows a curve's spread over draws: the kind of its error bars
-    (``'t-interval'``, ``'min-max'`` or None) and whether a min-max band is
-    shaded. With enough draws at every sigma, t-interval bars (and a band
-    for a whole selection); with fewer, the min-max range alone: a band
-    for a whole selection, bars for a group (bands of one colour stacked
-    would not read); a single draw has no spread."""
+    """The kind of a curve's error bars (``'t-interval'``, ``'min-max'``
+    or None) and whether a min-max band is shaded. Below
+    :data:`MIN_DRAWS_FOR_T_INTERVAL` draws the t-interval is too wide to
+    read (t_{0.975,1} = 12.7), so the min-max range alone: a band for a
+    whole selection, bars for a group (stacked bands of one colour would
+    not read)."""
     fewest = min(q['draws'] for q in points)
     if fewest >= MIN_DRAWS_FOR_T_INTERVAL:
         return 't-interval', not is_group
@@ -79,8 +82,7 @@ def spread_drawing(points: Sequence[Dict[str, Any]],
 
 def spread_label(points: Sequence[Dict[str, Any]], bars: Optional[str],
                  band: bool) -> str:
-    """The legend's words for a curve's spread, with the number of
-    draws."""
+    """The legend's words for a curve's spread."""
     draws = draws_text(points)
     if bars is None and not band:
         return f'{draws}: no spread'
@@ -98,9 +100,8 @@ def spread_label(points: Sequence[Dict[str, Any]], bars: Optional[str],
 
 def error_bars(points: Sequence[Dict[str, Any]],
                bars: Optional[str]) -> Optional[List[List[float]]]:
-    """Asymmetric error-bar lengths (below, above the mean) of the
-    t-interval, its ends clipped to :data:`MIOU_RANGE` (an mIoU beyond it
-    cannot occur), or of the min-max range; None without bars."""
+    """Error-bar lengths (below, above the mean) of the t-interval
+    clipped to :data:`MIOU_RANGE`, or of the min-max range."""
     if bars is None:
         return None
     low, high = MIOU_RANGE
@@ -116,10 +117,9 @@ def error_bars(points: Sequence[Dict[str, Any]],
 def robustness_figure(runs: Sequence[Tuple[str, Results]],
                       title: Optional[str] = None,
                       sigmas: Optional[Sequence[float]] = None):
-    """The :class:`matplotlib.figure.Figure` of one or several sweeps
-    (``(label, results)`` pairs). ``sigmas`` restricts the AUC and
-    sigma_50 in the legend to those noise levels (a comparison's common
-    ones)."""
+    """The :class:`matplotlib.figure.Figure` of ``(label, results)``
+    sweeps; ``sigmas`` restricts the legend's AUC and sigma_50 to those
+    (a comparison's common ones)."""
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -175,7 +175,6 @@ def robustness_figure(runs: Sequence[Tuple[str, Results]],
     ax.set_ylim(*MIOU_RANGE)
     ax.grid(True, which='both', alpha=0.3)
     ax.set_title(title or 'Robustness to parameter noise')
-    # beside the axes, so it hides no curve and no band
     ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
     if notes:
         fig.text(0.01, 0.01, '\n'.join(notes), fontsize=7, color='darkred',
@@ -187,8 +186,6 @@ def robustness_figure(runs: Sequence[Tuple[str, Results]],
 def _draw_curve(ax, points: Sequence[Dict[str, Any]],
                 summary: Dict[str, Any], name: str, mode: str, color: str,
                 is_group: bool, group_index: int) -> None:
-    """One selection's mean curve with its spread (:func:`spread_drawing`);
-    a group curve has its own marker and a dashed line."""
     xs = [q['sigma'] for q in points]
     means = [q['mean'] for q in points]
     bars, band = spread_drawing(points, is_group)
@@ -215,8 +212,7 @@ def plot_robustness(runs: Sequence[Tuple[str, Results]],
                     out_file: str,
                     title: Optional[str] = None,
                     sigmas: Optional[Sequence[float]] = None) -> str:
-    """Save :func:`robustness_figure` of ``runs`` to ``out_file``;
-    returns the path."""
+    """Save :func:`robustness_figure` to ``out_file``; returns it."""
     save_figure(robustness_figure(runs, title, sigmas), out_file, dpi=120,
                 bbox_inches='tight')
     return out_file
@@ -226,9 +222,4 @@ def plot_folders(folders: Sequence[str], out_file: str,
                  labels: Optional[Sequence[str]] = None,
                  title: Optional[str] = None) -> str:
     """Overlay the sweeps saved in ``folders``."""
-    runs = []
-    for i, folder in enumerate(folders):
-        results = load_results(folder)
-        label = labels[i] if labels else result_label(results, folder)
-        runs.append((label, results))
-    return plot_robustness(runs, out_file, title)
+    return plot_robustness(load_runs(folders, labels), out_file, title)

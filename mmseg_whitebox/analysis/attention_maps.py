@@ -1,12 +1,8 @@
-"""Which pixels each CBSA representative gathers (CBSA paper Fig. 7 style).
-
-CBSA's extraction attention ``A_k`` (``m x N`` per subspace) says how much
-every token contributes to each representative; the broadcast sends the
-contractions back along the same weights. :class:`CBSAAttentionCapture`
-records ``A`` of every CBSA layer during a forward pass, and
-:func:`draw_extraction_maps` overlays the maps of chosen representatives on
-the image: one row per subspace (head), one column per representative, the
-representative's pooled initialisation cell outlined.
+"""Which pixels each CBSA representative gathers (CBSA paper Fig. 7 style):
+:class:`CBSAAttentionCapture` records the extraction attention ``A_k``
+(``m x N`` per subspace) of every CBSA layer, and
+:func:`draw_extraction_maps` overlays chosen representatives' maps on the
+image.
 """
 from __future__ import annotations
 
@@ -80,17 +76,16 @@ def draw_extraction_maps(image: np.ndarray,
                          valid_hw: Optional[Tuple[int, int]] = None,
                          representatives: Optional[Sequence[int]] = None,
                          title: str = '') -> str:
-    """Save a PNG grid of extraction maps over ``image`` (RGB uint8).
+    """Save a PNG grid of extraction maps over ``image`` (RGB uint8): a
+    row per subspace, a column per representative, its pooled
+    initialisation cell outlined.
 
     Args:
         attn: ``(K, m, N)`` for one image.
         hw: token grid of the network input.
         rep_grid: the layer's ``(rh, rw)`` grid of representatives.
-        valid_hw: the part of the token grid covering the image, in
-            pixels of the network input at patch resolution
-            ``(h_tokens_real, w_tokens_real)`` (defaults to all of it).
-        representatives: indices to show (default: up to 6 spread over
-            the grid).
+        valid_hw: the tokens covering the image (default: all).
+        representatives: indices to show (default: up to 6, spread).
     """
     import matplotlib
     matplotlib.use('Agg')

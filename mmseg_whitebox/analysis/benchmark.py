@@ -1,17 +1,13 @@
-"""The protocol the decoder, encoder, training-step and shared-encoder
-benchmarks share, and their common options.
+"""What the benchmarks share.
 
-A benchmark declares what differs (a :class:`Benchmark`: its configs, its
-table's columns, its baseline rows, the calls it times) and a function
-that measures one model at one size; the rest is shared: models built
-from configs with random weights (:func:`build_models`), sizes measured
-smallest first, at each size every model measured (memory,
-:mod:`.memory`; a size predicted not to fit skipped), then every model at
-every size timed in one set of interleaved rounds
-(:meth:`Benchmark.measure_sizes`, :mod:`.timing`), ratios to the baseline
-and a markdown table (:mod:`.report`). :class:`BenchmarkOptions`
-and :func:`prepare_run` are the benchmark tools' common options and
-set-up (their flags: ``mmseg_whitebox.cli.options.add_measurement_args``).
+A benchmark declares what differs (a :class:`Benchmark`: its configs,
+columns, baselines and timed calls) and a function that measures one
+model at one size; the rest is here: models with random weights
+(:func:`build_models`), sizes measured smallest first (a size predicted
+not to fit skipped, :mod:`.memory`), every model at every size timed in
+one set of interleaved rounds (:mod:`.timing`), ratios and a markdown
+table (:mod:`.report`). :class:`BenchmarkOptions` and :func:`prepare_run`
+are the tools' common options and set-up.
 """
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ from .timing import time_interleaved
 
 #: the row name of a model compiled with ``torch.compile`` (``--compile``)
 COMPILED = '{}+compile'
-#: compiled graphs dynamo may keep per function: one per size and mode
-#: (no_grad, training) of every model that shares a forward's code
+#: dynamo's graphs per function: one per size and mode of every model
 RECOMPILE_LIMIT = 256
 
 #: one size's rows, and the calls to time of each row that was not
@@ -51,7 +46,7 @@ SizeRows = Tuple[List[Dict], Dict[str, Dict[str, Callable[[], object]]]]
 
 @dataclass
 class BenchmarkOptions:
-    """What to measure, and how often (the tool's command-line options)."""
+    """What to measure, and how often."""
     repeats: int = 10
     warmup: int = 2
     max_seconds: Optional[float] = 30.0
@@ -60,20 +55,19 @@ class BenchmarkOptions:
     #: the autocast dtype (``'float16'``, ``'bfloat16'``), or None
     amp: Optional[str] = None
     seed: int = 0
-    #: also time every model compiled (``torch.compile``), side by side
+    #: also time every model compiled (``torch.compile``)
     compile: bool = False
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What one benchmark declares; :meth:`measure_size`,
-    :meth:`add_ratios` and :meth:`markdown_table` are the same for all.
+    """What one benchmark declares.
 
     ``configs``: model name -> config glob under ``configs/`` with a
     ``{size}`` field, ``what`` names one (``{name}``, ``{size}``) and
     ``remedy`` says what to do when none matches; ``kinds``: the calls
     timed (``row['<kind>_ms']``); ``describe``: a row's progress line;
-    ``notes``: the note column's text of a row."""
+    ``notes``: a row's note column."""
     columns: Sequence[Column]
     baselines: Sequence[Baseline] = ()
     kinds: Sequence[str] = ()
@@ -85,8 +79,7 @@ class Benchmark:
 
     def config(self, name: str, size: str, config_root: str) -> str:
         """The first config (sorted) of model ``name`` at ``size`` under
-        ``config_root``; ``FileNotFoundError`` naming what is missing and
-        the remedy if there is none."""
+        ``config_root``; an :class:`InputError` if there is none."""
         pattern = self.configs[name].format(size=size)
         found = sorted(glob.glob(osp.join(config_root, pattern)))
         if not found:
@@ -116,14 +109,12 @@ class Benchmark:
                       measure: Callable[[Tuple[int, int]], SizeRows],
                       options: BenchmarkOptions,
                       device: torch.device) -> List[Dict]:
-        """``measure(size)`` at every size, smallest first (so memory
-        predictions grow from measured sizes), then the calls of every
-        model at every size timed in one set of interleaved rounds, kind
-        after kind, into ``row['<kind>_ms']`` (the median) and
-        ``row['<kind>_calls']``: a ratio between two sizes, like one
-        between two models, compares calls timed side by side, not two
-        phases of the machine. The heap alive before is frozen meanwhile
-        (:func:`.memory.frozen_heap`)."""
+        """``measure(size)`` at every size, smallest first (memory is
+        predicted from the smaller sizes), then every model at every size
+        timed in one set of interleaved rounds, kind after kind, into
+        ``row['<kind>_ms']`` (the median) and ``row['<kind>_calls']``: a
+        ratio between two sizes compares calls timed side by side, not
+        two phases of the machine."""
         rows: List[Dict] = []
         calls: Dict[str, Dict[str, Callable[[], object]]] = {}
         with frozen_heap():
@@ -171,11 +162,9 @@ class Benchmark:
             title: str, slope_keys: Sequence[str] = reporting.SLOPE_KEYS,
             **plot_keys: Sequence[str]) -> Dict:
         """A whole run after its models are built: every size measured
-        and timed (:meth:`measure_sizes`), the baselines' ratios, the
-        slopes of ``slope_keys``, and
-        the report files in ``out`` (:func:`.report.write_report`, titled
-        ``title``, curves ``plot_keys``). Returns the report: ``setup``
-        (the machine and the settings), ``results`` and ``slopes``."""
+        and timed, the ratios, the slopes of ``slope_keys`` and the
+        report files in ``out`` (:func:`.report.write_report`). Returns
+        the report: ``setup``, ``results`` and ``slopes``."""
         rows = self.measure_sizes(sizes, measure, options, device)
         self.add_ratios(rows)
         report = dict(setup, results=rows,
@@ -191,8 +180,8 @@ def is_compiled(name: str) -> bool:
 
 
 def recompile_limit() -> Any:
-    """Room for every size's and mode's graph (:data:`RECOMPILE_LIMIT`;
-    dynamo would run a function eagerly past its limit)."""
+    """Room for every size's and mode's graph (past its limit, dynamo
+    runs a function eagerly)."""
     import torch._dynamo.config as config
     return config.patch(**{dynamo_recompile_limit_key(): RECOMPILE_LIMIT})
 
@@ -210,11 +199,9 @@ def new_row(name: str, size: Tuple[int, int], **facts: Any) -> Dict:
 
 def rep_grid_options(model_cfg: Any, rep_grid: Tuple[int, int]
                      ) -> Dict[str, Any]:
-    """``--cfg-options`` that set every ``rep_grid`` (CBSA's
-    representatives) and ``pool_size`` (MiTA's landmarks) of ``model_cfg``
-    (a config's ``model``: encoder and head) to ``rep_grid``: both need a
-    token grid at least that large, so tiny inputs (the dry runs) shrink
-    them."""
+    """``--cfg-options`` that set every ``rep_grid`` (CBSA) and
+    ``pool_size`` (MiTA) of ``model_cfg`` to ``rep_grid``: both need a
+    token grid at least that large, so tiny inputs shrink them."""
     found: Dict[str, Any] = {}
 
     def walk(node: Any, key: str) -> None:
@@ -237,10 +224,9 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
                  rep_grid: Optional[Tuple[int, int]] = None
                  ) -> Dict[str, torch.nn.Module]:
     """The segmentor of every ``name: config file`` (eval mode, random
-    weights from ``seed``, no pretrained encoder: nothing is downloaded);
-    ``options`` are merged into each config first (``--cfg-options``
-    style keys), and with ``rep_grid`` every CBSA grid of representatives
-    is set to it (:func:`rep_grid_options`)."""
+    weights from ``seed``, nothing downloaded), ``options``
+    (``--cfg-options`` keys) and ``rep_grid`` (:func:`rep_grid_options`)
+    merged into each config."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -266,8 +252,7 @@ def build_models(configs: Dict[str, str], device: torch.device, seed: int,
 
 
 def project_configs() -> str:
-    """The project's ``configs/`` folder (the checkout's, or the one a
-    wheel carries), where the benchmarks find their models' configs."""
+    """The project's ``configs/`` folder (the checkout's or the wheel's)."""
     from mmseg_whitebox.engine.model_index import resources_root
     root = resources_root()
     if root is None:
@@ -280,10 +265,9 @@ def project_configs() -> str:
 def prepare_run(device_name: Optional[str], threads: Optional[int],
                 memory_limit_gb: Optional[float]
                 ) -> Tuple[torch.device, Optional[int]]:
-    """The device (None: :func:`~mmseg_whitebox.utils.device.auto_device`;
-    :class:`InputError` if CUDA is asked for and missing), the CPU threads
-    set, and the memory budget in bytes (``memory_limit_gb``, else 80% of
-    what is available now)."""
+    """The device (None: :func:`~mmseg_whitebox.utils.device.auto_device`),
+    with the CPU threads set, and the memory budget in bytes
+    (``memory_limit_gb``, else 80% of what is available now)."""
     device = torch.device(auto_device(device_name))
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise InputError('--device cuda, but torch sees no CUDA device')
@@ -312,9 +296,8 @@ def machine(device: torch.device) -> Dict:
 @contextlib.contextmanager
 def start_report(out: str, device: torch.device, what: str,
                  amp: Optional[str]) -> Iterator[Dict]:
-    """The report folder ``out``, locked for the block (one run writes
-    there at a time); prints the line naming the machine and ``what`` is
-    benchmarked, and gives the machine's facts."""
+    """The report folder ``out``, locked for the block; prints
+    :func:`machine_line` and gives the machine's facts."""
     with lock_folder(out, '--out'):
         facts = machine(device)
         print(machine_line(facts, what, amp))

@@ -7,11 +7,10 @@ MCR^2 objective (CRATE eq. 8, CBSA paper eq. 2)::
     R(W) = 1/2 logdet(I + p / (N eps^2) W W^T)      (W = U_k^T Z, p x N)
 
 measured with each layer's *own* subspaces ``U_k`` on that layer's output
-``Z^{l+1/2} = Z^l + update`` (as CRATE's Fig. 3 and the CBSA paper's Fig.
-5). The normalised variant first scales every token to unit length, so it
-depends only on the angles between tokens, not on their magnitudes.
-``logdet`` is taken on the ``p x p`` side (Sylvester's identity), so the
-cost is linear in the number of tokens.
+``Z^l + update`` (CRATE's Fig. 3, the CBSA paper's Fig. 5). The
+normalised variant scales every token to unit length first (angles only).
+``logdet`` is taken on the ``p x p`` side (Sylvester's identity): linear
+in the number of tokens.
 """
 from __future__ import annotations
 
@@ -47,13 +46,10 @@ def compression_term(tokens: torch.Tensor,
 
 
 class CompressionProbe:
-    """Context manager measuring, for every white-box layer and every image
-    the model sees, ``R_c`` and its normalised variant of the residual
-    stream entering the layer and leaving it (``Z + update``), both with the
-    layer's own subspaces -- so ``in - out`` is what the layer compressed.
-
-    Attach to a model, run it on images, then :meth:`summary` gives the
-    per-layer means and stds over images.
+    """Context manager measuring, per white-box layer and image, ``R_c``
+    and its normalised variant of the tokens entering and leaving the
+    layer, with its own subspaces (``in - out``: what it compressed);
+    :meth:`summary` gives the per-layer means and stds over images.
     """
 
     KEYS = ('rate_in', 'rate_out', 'normalized_in', 'normalized_out')

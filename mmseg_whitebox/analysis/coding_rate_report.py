@@ -1,11 +1,7 @@
 """The interpretability report of a trained white-box decoder
-(``tools/analysis_tools/coding_rate.py``), callable from Python.
-
-:func:`coding_rate_report` measures, per decoder layer, the compression
-term of the tokens entering and leaving it over test images
-(:class:`~.coding_rate.CompressionProbe`: the CBSA paper's Fig. 5) and,
-for CBSA heads, draws the extraction attention of every layer on a few
-test images (Fig. 7 style, :mod:`.attention_maps`).
+(``tools/analysis_tools/coding_rate.py``): per decoder layer, the
+compression term of the tokens entering and leaving it (the CBSA paper's
+Fig. 5) and, for CBSA heads, the extraction attention (Fig. 7 style).
 """
 from __future__ import annotations
 
@@ -26,20 +22,18 @@ def coding_rate_report(cfg: Any, checkpoint: str, out: str,
                        num_images: int = 50, eps: float = 0.1,
                        maps: int = 2, device: Optional[str] = None,
                        title: str = '') -> Dict[str, Any]:
-    """Measure the model of ``cfg`` (an mmengine ``Config``) with the
-    weights of ``checkpoint`` on its first ``num_images`` test images and
-    write ``out/coding_rate.{json,csv,png}``; for a CBSA head, also the
-    extraction maps of the first ``maps`` test images
-    (``out/extraction_<image>_layer<i>.png``), on ``device`` (None: cuda
-    when torch sees a GPU, else cpu). Returns ``rows`` (one per layer),
-    ``images`` (how many were measured) and ``files`` (written)."""
+    """Measure the model of ``cfg`` with ``checkpoint`` on its first
+    ``num_images`` test images into ``out/coding_rate.{json,csv,png}``;
+    for a CBSA head, also the extraction maps of the first ``maps`` test
+    images. Returns ``rows`` (one per layer), ``images`` (how many were
+    measured) and ``files`` (written)."""
     import torch
     from mmengine.runner import Runner
     from mmseg.apis import init_model
 
     check_checkpoint(checkpoint)
     check_data_roots(cfg, ('test_dataloader', ))
-    with lock_folder(out, '--out'):  # one run writes there at a time
+    with lock_folder(out, '--out'):
         model = init_model(cfg, checkpoint, device=auto_device(device))
         probe = CompressionProbe(model, eps)
         cfg.test_dataloader.batch_size = 1
@@ -67,7 +61,7 @@ def coding_rate_report(cfg: Any, checkpoint: str, out: str,
 
 def plot_coding_rates(rows: List[Dict], out_file: str, title: str) -> str:
     """``R_c`` and its unit-norm variant per layer, entering and leaving
-    it: two panels in ``out_file``."""
+    it."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

@@ -1,17 +1,12 @@
 """FLOPs and parameters with mmengine's complexity analysis, attention
-counted: of a decode head (:func:`decode_head_complexity`, the decoder
-benchmark's figure) and of a whole segmentor, per module
-(:func:`model_complexity`, ``tools/analysis_tools/get_flops.py``, whose
-mmseg 1.2.2 counterpart does not run).
+counted: of a decode head (:func:`decode_head_complexity`) and of a whole
+segmentor, per module (:func:`model_complexity`,
+``tools/analysis_tools/get_flops.py``).
 
-mmengine's ``FlopAnalyzer`` (fvcore-style: one fused multiply-add counts as
-one flop) has no handles for ``aten::scaled_dot_product_attention`` and
-``aten::baddbmm`` (or its in-place ``baddbmm_``), which the white-box
-operators use, so it would silently count those products as free.
-:func:`flop_analyzer` adds these handles (attention: ``B*h*Lq*Lk*(E+Ev)``
-multiply-adds, its two matrix products; ``baddbmm``: the batched product,
-as ``bmm``) and otherwise leaves mmengine's counting as it is; every
-figure here comes from it.
+mmengine's ``FlopAnalyzer`` (one fused multiply-add is one flop) has no
+handles for ``aten::scaled_dot_product_attention`` and ``aten::baddbmm``,
+which the white-box operators use, and would count them as free:
+:func:`flop_analyzer` adds them.
 """
 from __future__ import annotations
 
@@ -46,8 +41,8 @@ def baddbmm_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
 
 
 def flop_analyzer(model: nn.Module, inputs: Tuple) -> FlopAnalyzer:
-    """mmengine's FlopAnalyzer with attention counted; quiet about the
-    elementwise ops it ignores (norms, softmax, additions)."""
+    """mmengine's FlopAnalyzer with attention counted, quiet about the
+    elementwise ops it ignores."""
     analyzer = FlopAnalyzer(model, inputs)
     analyzer.set_op_handle('aten::scaled_dot_product_attention',
                            sdpa_flop_jit)
@@ -59,8 +54,7 @@ def flop_analyzer(model: nn.Module, inputs: Tuple) -> FlopAnalyzer:
 
 
 class _HeadOnFeatures(nn.Module):
-    """Calls a decode head on the encoder's feature maps (what it sees in
-    an EncoderDecoder), so it can be traced on its own."""
+    """A decode head called on feature maps, traceable on its own."""
 
     def __init__(self, head: nn.Module) -> None:
         super().__init__()
@@ -73,10 +67,9 @@ class _HeadOnFeatures(nn.Module):
 def decode_head_complexity(
         head: nn.Module, feature: Union[torch.Tensor, Sequence[torch.Tensor]]
 ) -> Tuple[int, int]:
-    """``(flops, params)`` of a decode head on a ``(B, C, H, W)`` encoder
-    feature map, or on the list of them the head is given (a head that
-    reads several levels: mmseg's ANNHead); flops are fused multiply-adds,
-    params exclude the loss."""
+    """``(flops, params)`` of a decode head on a ``(B, C, H, W)`` feature
+    map or a list of them (e.g. mmseg's ANNHead); params exclude the
+    loss."""
     features = (feature, ) if isinstance(feature, torch.Tensor) else \
         tuple(feature)
     was_training = head.training
@@ -134,10 +127,9 @@ class ModelComplexity:
 
 
 class _InferenceForward(nn.Module):
-    """The segmentor's ``mode='tensor'`` forward with every submodule called
-    as a module: mmseg calls ``decode_head.forward(x)`` directly, which
-    hides the head's own products (e.g. the mask product) from the
-    per-module attribution of a trace. Children keep their names."""
+    """The segmentor's ``mode='tensor'`` forward with the head called as a
+    module (mmseg calls ``decode_head.forward``, which hides the head's
+    products from the per-module attribution)."""
 
     def __init__(self, segmentor: nn.Module) -> None:
         super().__init__()
@@ -150,10 +142,8 @@ class _InferenceForward(nn.Module):
 
 
 def build_segmentor(cfg: Config) -> nn.Module:
-    """The config's segmentor with random weights, in eval mode: nothing is
-    downloaded (``pretrained``/``init_cfg`` dropped, as mmseg's
-    ``init_model`` does) and no weights are initialised, which FLOPs do not
-    need."""
+    """The config's segmentor in eval mode, uninitialised (FLOPs need no
+    weights) and nothing downloaded."""
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
 
@@ -191,7 +181,6 @@ def model_complexity(model: nn.Module, shape: Sequence[int],
     model.eval()
     try:
         with torch.no_grad():
-            # encoder and decode head, no loss and no post-processing
             analyzer = flop_analyzer(_InferenceForward(model), (image, ))
             analyzer.tracer_warnings('none')
             by_module = dict(analyzer.by_module())

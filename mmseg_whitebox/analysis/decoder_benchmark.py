@@ -1,19 +1,13 @@
-"""Decode heads side by side on the same encoder features.
+"""Decode heads side by side on the same encoder features
+(``tools/analysis_tools/benchmark_decoders.py``).
 
-The logic behind ``tools/analysis_tools/benchmark_decoders.py``: every head
-is built from this project's ADE20K config for one ViT size and fed the
-same random encoder feature map, ``(1, width, H/16, W/16)``, as it sees it
-inside an ``EncoderDecoder`` (the final upsampling, equal for all heads, is
-left out). Per image size and head: parameters and FLOPs, forward and
-forward+backward latency (heads timed in interleaved rounds, see
-:func:`~.timing.time_interleaved`), peak memory, and every figure as a
-ratio to mmseg's Segmenter mask head.
-
-Two entries compute the same function with the same parameters: ``cbsa``
-(the operators' equations) and ``cbsa-straightforward`` (the CBSA paper's
-Appendix D listing, :func:`straightforward_cbsa`, in the published
-decoder frame); the first is reported as a ratio to the second,
-with the largest output difference.
+Every head is built from this project's ADE20K config for one ViT size and
+fed the same random feature map, ``(1, width, H/16, W/16)`` (the final
+upsampling, equal for all, left out). Per image size and head: parameters
+and FLOPs, forward and forward+backward latency, peak memory, and each as
+a ratio to mmseg's Segmenter mask head. ``cbsa`` is also reported against
+``cbsa-straightforward`` (the CBSA paper's Appendix D listing, the same
+parameters), with the largest output difference.
 """
 from __future__ import annotations
 
@@ -64,11 +58,9 @@ def _softmax_attention(query: torch.Tensor, key: torch.Tensor,
 def straightforward_cbsa(op: nn.Module, x: torch.Tensor, h: int,
                          w: int) -> torch.Tensor:
     """CBSA on ``(B, N, d)`` tokens whose first ``h*w`` form the patch grid,
-    as the CBSA paper's Appendix D listing writes it (generalised from a
-    square grid to ``h x w``, with the stop-gradient of eq. 5), with the
-    parameters of the library operator ``op`` (a
-    :class:`~mmseg_whitebox.ops.CBSA`): the baseline the library's CBSA is
-    timed against (``tests/test_ops.py`` checks it computes the same)."""
+    as the CBSA paper's Appendix D listing writes it (for an ``h x w``
+    grid, with the stop-gradient of eq. 5), with the parameters of ``op``
+    (a :class:`~mmseg_whitebox.ops.CBSA`): the library's CBSA's baseline."""
     b, n, _ = x.shape
     heads, p = op.num_heads, op.head_dim
     z = op.proj(x)  # U_k^T z for every subspace, (B, N, heads * p)
@@ -119,9 +111,8 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
                 seed: int, config_root: str,
                 rep_grid: Optional[Tuple[int, int]] = None
                 ) -> Tuple[Dict[str, nn.Module], Dict[str, Dict]]:
-    """Heads (eval mode) and, per head, its config facts. The
-    straightforward entry shares the parameters of the ``cbsa`` head.
-    ``rep_grid``: CBSA's grid of representatives, if not the configs'."""
+    """Heads (eval mode) and, per head, its config facts; the
+    straightforward entry shares the ``cbsa`` head's parameters."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
@@ -153,10 +144,8 @@ def build_heads(names: List[str], encoder: str, device: torch.device,
 
 def add_compiled(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  names: Optional[Sequence[str]] = None) -> List[str]:
-    """Each head of ``names`` (default: all) also compiled
-    (``torch.compile``, static shapes: a graph per size, as a fixed-size
-    deployment runs), the same module and parameters, as
-    ``<name>+compile``; returns the names compiled."""
+    """Each head of ``names`` (default: all) also compiled (static
+    shapes), as ``<name>+compile``; returns the names compiled."""
     eager = list(heads if names is None else names)
     for name in eager:
         heads[COMPILED.format(name)] = torch.compile(heads[name],
@@ -170,8 +159,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                  size: Tuple[int, int], options: BenchmarkOptions,
                  device: torch.device, history: Dict[str, List[Dict]],
                  memory_limit: Optional[int]) -> SizeRows:
-    """All measurements of every head at one image size, and the largest
-    difference of the ``cbsa`` output from the straightforward one."""
+    """All measurements of every head at one image size."""
     rows: Dict[str, Dict] = {}
     outputs: Dict[str, torch.Tensor] = {}
 
@@ -189,7 +177,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
                    'skipped: forward predicted to need'):
             print(f'  {name:<22} {row["status"]}', flush=True)
             return row, None
-        if compiled:  # the first call compiles: apart from the figures
+        if compiled:  # the first call compiles
             row['fwd_compile_s'] = timed_call(fwd, device)
         row['mem_fwd'], out = peak_memory(fwd, device)
         if name in (DEFAULT, STRAIGHTFORWARD):
@@ -202,8 +190,7 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
             row['params'] = sum(p.numel() for p in head.parameters())
         calls = dict(fwd=fwd)
         if options.backward:
-            # gradients to the parameters and to the features (the encoder
-            # is fine-tuned)
+            # gradients to the features too (the encoder is fine-tuned)
             step = backward_call(head, [feature.detach().requires_grad_()],
                                  device, options.amp)
             if not skipped(row, 'mem_train', past, memory_limit,
@@ -223,9 +210,8 @@ def measure_size(heads: Dict[str, nn.Module], info: Dict[str, Dict],
 
 # ------------------------------------------------------------- reporting
 def straightforward_note(row: Dict) -> List[str]:
-    """The ``cbsa`` row's speed and output difference against the
-    straightforward listing; a compiled row's compilation time and its
-    ratios to the same head eager."""
+    """A row's note: :func:`~.report.compiled_notes`, and the ``cbsa``
+    row's speed and output difference against the straightforward one."""
     notes = compiled_notes(row, COMPILED_LABELS)
     if 'fwd_ms_vs_straightforward' in row:
         notes.append(f'fwd {row["fwd_ms_vs_straightforward"]:.3f}x '
@@ -236,8 +222,6 @@ def straightforward_note(row: Dict) -> List[str]:
     return notes
 
 
-#: ``*_vs_segmenter`` of every figure, and of the ``cbsa`` row
-#: ``*_vs_straightforward``
 BENCHMARK = Benchmark(
     columns=[
         ('head', 'head', '{}'), ('size', 'image', '{}'),
@@ -270,11 +254,8 @@ def run_decoder_benchmark(out: str,
                           config_root: Optional[str] = None) -> Dict:
     """What ``tools/analysis_tools/benchmark_decoders.py`` does: the heads
     ``models`` (names of :data:`HEAD_CONFIGS`) on ViT-``encoder`` features
-    at every image size of ``sizes``, on ``device`` (None: cuda when torch
-    sees a GPU, else cpu), written to ``out`` (``benchmark.json``,
-    ``.md``, ``.png``). Returns the report: the machine, ``results`` (a
-    row per head and size, with the ratios) and ``slopes`` (fitted
-    exponents of cost against tokens)."""
+    at every image size of ``sizes``, written to ``out``. Returns the
+    report: the machine, ``results`` and ``slopes``."""
     options = options or BenchmarkOptions()
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)

@@ -1,14 +1,11 @@
-"""White-box encoders against mmseg's ViT, alone and inside the segmentor.
+"""White-box encoders against mmseg's ViT, alone and inside the segmentor
+(``tools/analysis_tools/benchmark_encoders.py``).
 
-The logic behind ``tools/analysis_tools/benchmark_encoders.py``. Every
-model is built from this project's ADE20K config of one size with the CBSA
-head (``configs/cbsa/cbsa_{encoder}-{size}_*``), random weights, and fed
-the same random image. Per image size and encoder: parameters and FLOPs of
-the encoder and of the whole segmentor (tensor mode: encoder and head, no
-final upsampling), forward latency of both, forward+backward latency of
-the encoder, their peak memory, and each figure as a ratio to mmseg's ViT
-of the same size, measured and reported as the other benchmarks
-(:mod:`~mmseg_whitebox.analysis.benchmark`).
+Every model is built from this project's ADE20K config of one size with
+the CBSA head, random weights, and fed the same random image. Per image
+size and encoder: parameters and FLOPs of the encoder and of the whole
+segmentor (tensor mode), forward latency of both, forward+backward
+latency of the encoder, their peak memory, and each as a ratio to ViT.
 """
 from __future__ import annotations
 
@@ -53,8 +50,7 @@ def build_segmentors(names: List[str], size: str, device: torch.device,
                      seed: int, config_root: str,
                      rep_grid: Optional[Tuple[int, int]] = None
                      ) -> Dict[str, nn.Module]:
-    """Segmentors (eval mode, random weights, nothing downloaded);
-    ``rep_grid``: CBSA's grid of representatives, if not the configs'."""
+    """Segmentors (eval mode, random weights, nothing downloaded)."""
     return build_models({name: BENCHMARK.config(name, size, config_root)
                          for name in names}, device, seed, rep_grid=rep_grid)
 
@@ -104,8 +100,7 @@ def measure_size(models: Dict[str, nn.Module], size: Tuple[int, int],
     return BENCHMARK.measure_size(models, measure, history)
 
 
-#: the measurements, per row: ``<scope>_<what>`` with scope ``enc``
-#: (encoder alone) or ``seg`` (the whole segmentor), ``*_vs_vit`` of each
+#: a row's figures: ``enc_*`` (the encoder), ``seg_*`` (the segmentor)
 BENCHMARK = Benchmark(
     columns=[
         ('head', 'encoder', '{}'), ('size', 'image', '{}'),
@@ -151,10 +146,8 @@ def run_encoder_benchmark(out: str,
     """What ``tools/analysis_tools/benchmark_encoders.py`` does: the
     encoders ``models`` (names of :data:`ENCODER_CONFIGS`) of model
     ``size`` at every image size of ``sizes`` (FLOPs at ``flops_sizes``),
-    on ``device`` (None: cuda when torch sees a GPU, else cpu), written to
-    ``out`` (``benchmark.json``, ``.md``, ``.png``). Returns the report:
-    the machine, ``results`` (a row per encoder and size, with the ratios
-    to ViT) and ``slopes``."""
+    written to ``out``. Returns the report: the machine, ``results`` and
+    ``slopes``."""
     options = options or BenchmarkOptions()
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)

@@ -1,13 +1,13 @@
-"""Peak resident memory of inference on one large image, mmseg's default
+"""Peak resident memory of inference on one large image, mmseg's
 ``EncoderDecoder`` against :class:`~mmseg_whitebox.models.segmentors.
-BoundedMemoryEncoderDecoder`, and how often their predictions agree.
+BoundedMemoryEncoderDecoder`, and how often their predictions agree
+(``tools/analysis_tools/large_image_memory.py``).
 
-The pieces behind ``tools/analysis_tools/large_image_memory.py``. Each
-large-image measurement runs in a fresh interpreter (``python -m
-mmseg_whitebox.analysis.large_image_memory SPEC``), so that the resident
-high-water mark (``VmHWM``) belongs to one path only; its address space can
-be capped (``RLIMIT_AS``), so that mmseg's path fails with an allocation
-error instead of driving a small machine into swapping or the OOM killer.
+Each measurement runs in a fresh interpreter (``python -m
+mmseg_whitebox.analysis.large_image_memory SPEC``), so that its ``VmHWM``
+belongs to one path; its address space can be capped (``RLIMIT_AS``), so
+that mmseg's path fails to allocate instead of driving a small machine
+into swapping or the OOM killer.
 """
 from __future__ import annotations
 
@@ -50,8 +50,7 @@ def write_test_image(path: str, height: int, width: int,
 def model_options(bounded: bool, mode: Optional[str],
                   options: Optional[Dict[str, Any]] = None
                   ) -> Dict[str, Any]:
-    """``cfg_options`` of ``init_model`` for one path: ``options``, the
-    segmentor type and, if given, ``test_cfg.mode``."""
+    """``cfg_options`` of ``init_model`` for one path."""
     opts: Dict[str, Any] = dict(options or {})
     if bounded:
         opts['model.type'] = BOUNDED_TYPE
@@ -63,9 +62,8 @@ def model_options(bounded: bool, mode: Optional[str],
 def build_model(config: str, checkpoint: Optional[str], bounded: bool,
                 mode: Optional[str], seed: int = 0,
                 options: Optional[Dict[str, Any]] = None):
-    """The model of ``config`` (with ``options`` merged) on the CPU, from
-    ``checkpoint`` or with random weights drawn from ``seed`` (the same for
-    both paths)."""
+    """The model of ``config`` on the CPU, from ``checkpoint`` or with
+    random weights drawn from ``seed``."""
     import torch
     from mmseg.apis import init_model
     torch.manual_seed(seed)
@@ -74,9 +72,8 @@ def build_model(config: str, checkpoint: Optional[str], bounded: bool,
 
 
 def measure(spec: Dict[str, Any]) -> Dict[str, Any]:
-    """Run one inference as ``spec`` says, in this process; returns the
-    process's peak RSS (``VmHWM``) and the rise of it during inference
-    (:func:`~mmseg_whitebox.analysis.memory.peak_memory`)."""
+    """Run one inference as ``spec`` says, in this process; returns its
+    peak RSS (``VmHWM``) and the rise of it during inference."""
     import torch
     from mmseg.apis import inference_model
     if spec.get('threads'):
@@ -136,8 +133,7 @@ def agreement(config: str, checkpoint: Optional[str], height: int,
               ) -> Tuple[float, Dict[str, Any]]:
     """Fraction of pixels where both paths predict the same class on a
     ``height`` x ``width`` image, the shapes each stored and how many
-    classes the prediction holds (random weights often predict one class
-    everywhere, which makes any agreement trivial)."""
+    classes the prediction holds (one class makes agreement trivial)."""
     import torch
     from mmseg.apis import inference_model
     default = build_model(config, checkpoint, False, mode, seed, options)
@@ -179,12 +175,11 @@ def large_image_memory_report(config: str,
                               json_file: Optional[str] = None) -> Dict:
     """What ``tools/analysis_tools/large_image_memory.py`` does: peak RSS
     of inference on one ``size`` (height, width) image along each of
-    ``paths`` (``'mmseg'``: mmseg's ``EncoderDecoder``, capped at
-    ``memory_limit_gb``, default 85% of the free memory; ``'bounded'``:
-    ``BoundedMemoryEncoderDecoder``), each in a fresh process, their
-    agreement on that image when both finish and on an ``agreement_size``
-    image. Random weights without ``checkpoint``. Returns the results
-    (also written to ``json_file`` if given)."""
+    ``paths`` (``'mmseg'``, capped at ``memory_limit_gb``, default 85% of
+    the free memory; ``'bounded'``), each in a fresh process, and their
+    agreement on that image and on an ``agreement_size`` one. Random
+    weights without ``checkpoint``. Returns the results (also written to
+    ``json_file`` if given)."""
     check_checkpoint(checkpoint)
     from mmseg_whitebox.engine.config import read_config
     read_config(config, cfg_options)  # missing: a ToolError

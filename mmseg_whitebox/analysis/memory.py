@@ -1,18 +1,6 @@
-"""The memory the benchmarks measure and predict.
-
-* :func:`proc_field`, :func:`proc_bytes` -- a line of a ``/proc`` file
-  (the analysis tools' one reader of ``/proc``);
-* :func:`peak_memory` -- the extra memory one call needs at its peak: on
-  CUDA ``torch.cuda.max_memory_allocated`` above what was allocated
-  before; on a CPU the rise of the process's resident-set high-water mark
-  (``VmHWM``, reset through ``/proc/self/clear_refs`` on Linux) after
-  returning freed heap to the system, which counts every page the call
-  touched, torch's allocations and the allocator's own overhead alike;
-* :func:`skipped` -- whether a size is predicted, from the smaller sizes
-  measured, to need more memory than there is (then it is skipped);
-* :func:`frozen_heap` -- the objects alive before a run of measurements
-  left out of the garbage collections each measurement starts with.
-"""
+"""The memory the benchmarks measure (:func:`peak_memory`) and predict
+(:func:`skipped`), and the analysis tools' one reader of ``/proc``
+(:func:`proc_field`)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,9 +15,8 @@ import torch
 
 
 def proc_field(key: str, path: str = '/proc/self/status') -> Optional[str]:
-    """The text after ``key:`` in a ``/proc`` file (``/proc/self/status``,
-    ``/proc/meminfo``, ``/proc/cpuinfo``); None where the system has no
-    such file or line."""
+    """The text after ``key:`` in a ``/proc`` file; None where the system
+    has no such file or line."""
     try:
         with open(path) as f:
             for line in f:
@@ -42,9 +29,7 @@ def proc_field(key: str, path: str = '/proc/self/status') -> Optional[str]:
 
 
 def proc_bytes(key: str, path: str = '/proc/self/status') -> Optional[int]:
-    """The ``kB`` figure ``key`` of a ``/proc`` file in bytes (``VmRSS``,
-    ``VmHWM``, ``VmSize`` of this process; ``MemAvailable`` of
-    ``/proc/meminfo``)."""
+    """The ``kB`` figure ``key`` of a ``/proc`` file in bytes."""
     value = proc_field(key, path)
     return None if value is None else int(value.split()[0]) * 1024
 
@@ -68,14 +53,11 @@ def _release_heap() -> None:
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Within the block, the objects alive when it starts (the imported
-    modules, the models) are left out of garbage collection
-    (``gc.freeze``), so the collection before every measurement scans only
-    what the measurements made: a full collection of a process that has
-    imported torch, mmengine and mmseg takes about 0.4 s, which a
-    benchmark would pay per model, size and kind. The block's end returns
-    them to the collector (``gc.unfreeze``), with what
-    :func:`~mmseg_whitebox.cli.run_tool` froze. Not nestable."""
+    """Within the block, the objects alive when it starts (modules,
+    models) are frozen out of garbage collection, so the collection
+    before every measurement scans only what the measurements made. The
+    end unfreezes them, with what :func:`~mmseg_whitebox.cli.run_tool`
+    froze. Not nestable."""
     gc.collect()
     gc.freeze()
     try:
@@ -100,7 +82,11 @@ def peak_memory(fn: Callable[[], Any],
                 device: torch.device) -> Tuple[Optional[int], Any]:
     """``(bytes, result)``: the memory one call of ``fn`` needs at its peak
     beyond what was in use before it (``None`` where this cannot be
-    measured), and what the call returned."""
+    measured), and what the call returned.
+
+    On CUDA, ``max_memory_allocated``; on a CPU, the rise of the
+    resident-set high-water mark (``VmHWM``) after freed heap is returned
+    to the system: every page the call touched, the allocator's too."""
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
         gc.collect()
@@ -135,8 +121,7 @@ def available_memory(device: torch.device) -> Optional[int]:
 def extrapolate_loglog(xs: Sequence[float], ys: Sequence[float],
                        x: float) -> Optional[float]:
     """``y`` at ``x`` on the power law through the last two points (None
-    with fewer than two); used to skip runs that would not fit in
-    memory."""
+    with fewer than two)."""
     pts = [(a, b) for a, b in zip(xs, ys) if a > 0 and b and b > 0]
     if len(pts) < 2 or pts[-1][0] == pts[-2][0]:
         return None
@@ -148,8 +133,8 @@ def extrapolate_loglog(xs: Sequence[float], ys: Sequence[float],
 def skipped(row: Dict, key: str, past: List[Dict], limit: Optional[int],
             note: str) -> bool:
     """Whether the memory ``key`` of ``row`` predicted from the smaller
-    sizes in ``past`` (against tokens) exceeds ``limit`` bytes; if so,
-    ``row['status']`` is ``note`` and the GiB predicted."""
+    sizes in ``past`` exceeds ``limit`` bytes; if so, ``row['status']``
+    is ``note`` and the GiB predicted."""
     predicted = extrapolate_loglog([r['tokens'] for r in past],
                                    [r.get(key) for r in past], row['tokens'])
     if limit and predicted and predicted > limit:

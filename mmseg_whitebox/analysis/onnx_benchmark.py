@@ -1,17 +1,12 @@
-"""onnxruntime against PyTorch on the CPU: the time from an image to its
-prediction, :class:`~mmseg_whitebox.deployment.OnnxSegmentor` against mmseg's
-``inference_model``, for whole-image inference; the logic of
-``tools/analysis_tools/benchmark_onnx.py``.
+"""onnxruntime against PyTorch on the CPU
+(``tools/analysis_tools/benchmark_onnx.py``): the time from an image to
+its prediction, :class:`~mmseg_whitebox.deployment.OnnxSegmentor` against
+mmseg's ``inference_model``, whole-image inference.
 
-Each model is built from its config with random weights (seeded; nothing
-is downloaded), exported with ``--dynamic`` and the deployment metadata,
-and both paths predict the same image: end to end (test resize,
-normalisation, network, resize back, argmax) and the network alone at the
-size the test resize gives (the graph against ``model(x,
-mode='tensor')`` and the resize the graph includes). The times are
-medians over interleaved rounds (:func:`~mmseg_whitebox.analysis.
-timing.time_interleaved`); the argmax agreement and the largest logit
-difference of the two predictions come with them.
+Each model (random weights) is exported with ``--dynamic`` and both paths
+predict the same image, end to end and the network alone, timed in
+interleaved rounds, with the argmax agreement and the largest logit
+difference.
 """
 from __future__ import annotations
 
@@ -32,14 +27,13 @@ from mmseg_whitebox.utils.run_lock import lock_folder
 
 from . import benchmark as common
 
-#: the default image: ADE20K's typical 512x683 (the demo configs' test
-#: resize brings it to 128x171)
+#: ADE20K's typical image size
 DEFAULT_IMAGE = (512, 683)
 
 
 def smooth_image(height: int, width: int, seed: int = 0) -> np.ndarray:
-    """A BGR uint8 image of regions and noise (random pixels alone make a
-    prediction of noise), the same for the same seed."""
+    """A BGR uint8 image of regions and noise, the same for the same
+    seed."""
     import cv2
     rng = np.random.default_rng(seed)
     small = rng.integers(0, 256, (max(2, height // 32), max(2, width // 32),
@@ -51,8 +45,8 @@ def smooth_image(height: int, width: int, seed: int = 0) -> np.ndarray:
 
 def timed_calls(model: torch.nn.Module, segmentor: OnnxSegmentor,
                 image: np.ndarray) -> Dict[str, Callable[[], object]]:
-    """The four calls to time: both paths end to end and the networks
-    alone, on the input the test resize and normalisation give."""
+    """Both paths end to end, and the networks alone on the input the
+    test resize and normalisation give."""
     from mmseg.apis import inference_model
     x, _ = segmentor.preprocess(image)
     graph = SegLogits(model).eval()
@@ -70,9 +64,8 @@ def timed_calls(model: torch.nn.Module, segmentor: OnnxSegmentor,
 
 def measure(name: str, model: torch.nn.Module, segmentor: OnnxSegmentor,
             image: np.ndarray, options: common.BenchmarkOptions) -> Dict:
-    """One row: ``segmentor`` (``model``'s graph) checked against
-    ``model`` on ``image`` (:func:`~mmseg_whitebox.deployment.onnx_export.
-    image_parity`), and both timed (:func:`timed_calls`)."""
+    """One row: ``segmentor`` checked against ``model`` on ``image``, and
+    both timed."""
     parity = image_parity(model, segmentor, image)
     times = common.time_interleaved(
         timed_calls(model, segmentor, image), torch.device('cpu'),
@@ -109,15 +102,14 @@ def benchmark_onnx(configs: Dict[str, str], out_dir: str,
                    threads: Optional[int] = None,
                    options: Optional[common.BenchmarkOptions] = None,
                    log=print) -> Dict:
-    """Rows of :func:`measure` for every ``name: config`` (whole
-    -image inference forced), on one :func:`smooth_image` of
-    ``image_hw``; ``threads`` for torch and onnxruntime alike. Writes
-    ``benchmark.json`` and ``benchmark.md`` (and the graphs) to
-    ``out_dir``; returns the report."""
+    """Rows of :func:`measure` for every ``name: config`` on one
+    :func:`smooth_image` of ``image_hw``; ``threads`` for torch and
+    onnxruntime alike. Writes ``benchmark.json``, ``benchmark.md`` and
+    the graphs to ``out_dir``; returns the report."""
     check_can_export()  # before any model is built
     options = options or common.BenchmarkOptions(repeats=5, warmup=1,
                                                  max_seconds=None)
-    with lock_folder(out_dir, '--out'):  # one run writes there at a time
+    with lock_folder(out_dir, '--out'):
         device, _ = common.prepare_run('cpu', threads, None)
         facts = common.machine(device)
         log(common.machine_line(facts, 'onnxruntime vs PyTorch, whole-image '

@@ -1,13 +1,8 @@
-"""The benchmarks' reports: ratios to a baseline row, scaling slopes, the
-markdown table, the plot and the files written.
-
-A benchmark's results are rows, one per model (``row['head']``) and size
-(``row['size']``), with its figures under their keys; :func:`add_ratios`
-adds ``<key>_vs_<suffix>`` against a baseline row of the same size,
-:func:`slopes` the exponent ``s`` of ``cost ~ tokens^s`` (least squares
-on log-log axes: 1 linear, 2 quadratic), :func:`results_table` the
-markdown table and :func:`write_report` ``benchmark.json``, ``.md`` and
-``.png``.
+"""The benchmarks' reports. Results are rows, one per model
+(``row['head']``) and size (``row['size']``): :func:`add_ratios` adds
+ratios to a baseline row, :func:`slopes` the exponent ``s`` of ``cost ~
+tokens^s``, :func:`results_table` the markdown table and
+:func:`write_report` ``benchmark.json``, ``.md`` and ``.png``.
 """
 from __future__ import annotations
 
@@ -23,9 +18,8 @@ Column = Tuple[str, str, str]
 
 
 class Baseline(NamedTuple):
-    """The ratios :func:`add_ratios` adds: ``keys`` of each row (of the
-    row of head ``only``, if given) against the row of head ``head`` of
-    the same size, as ``<key>_vs_<suffix>``."""
+    """``keys`` of each row (only head ``only``'s, if given) against the
+    row of head ``head`` of the same size, as ``<key>_vs_<suffix>``."""
     head: str
     keys: Sequence[str]
     suffix: str
@@ -33,10 +27,8 @@ class Baseline(NamedTuple):
 
 
 def add_ratios(rows: List[Dict], baseline: Baseline) -> None:
-    """Add the ratios of ``baseline`` to ``rows`` (per size; a figure
-    missing or zero in either row gives no ratio, and the baseline's own
-    row none: a model's ratio to itself says nothing, its table cell is
-    ``-``)."""
+    """Add the ratios of ``baseline`` to ``rows`` (none where a figure is
+    missing or zero, nor in the baseline's own row)."""
     by_size: Dict[str, Dict[str, Dict]] = {}
     for row in rows:
         by_size.setdefault(row['size'], {})[row['head']] = row
@@ -53,7 +45,7 @@ def add_ratios(rows: List[Dict], baseline: Baseline) -> None:
 def ratio_lines(rows: List[Dict], reference: str, time_key: str,
                 memory_key: str) -> List[str]:
     """One line per row other than the reference: its ``time_key`` and
-    ``memory_key`` ratios (as :func:`add_ratios` names them)."""
+    ``memory_key`` ratios."""
     lines = []
     for r in rows:
         if r['head'] != reference and time_key in r:
@@ -65,10 +57,9 @@ def ratio_lines(rows: List[Dict], reference: str, time_key: str,
 
 
 def compiled_notes(row: Dict, labels: Dict[str, str]) -> List[str]:
-    """A compiled row's note: the compilation (the first call of each
-    timed kind, timed apart) and its figures as ratios to the same model
-    eager; none for another row. ``labels``: a timed kind (``fwd``, its
-    figure ``fwd_ms``) or a memory figure (``mem_fwd``) -> its name."""
+    """A compiled row's note: its compilation times and its ratios to the
+    same model eager. ``labels``: a timed kind (``fwd``) or a memory
+    figure (``mem_fwd``) -> its name."""
     times = [f'{row[f"{key}_compile_s"]:.1f} s ({label})'
              for key, label in labels.items() if f'{key}_compile_s' in row]
     if not times:
@@ -87,8 +78,7 @@ def compiled_lines(rows: List[Dict], labels: Dict[str, str]) -> List[str]:
 
 
 def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ``log y`` against ``log x`` (needs two
-    distinct positive ``x``)."""
+    """Least-squares slope of ``log y`` against ``log x``."""
     pairs = [(math.log(x), math.log(y)) for x, y in zip(xs, ys)
              if x > 0 and y > 0]
     if len({p[0] for p in pairs}) < 2:
@@ -106,8 +96,8 @@ SLOPE_KEYS = ('fwd_ms', 'train_ms', 'mem_fwd', 'flops')
 
 def slopes(rows: List[Dict], keys: Sequence[str] = SLOPE_KEYS
            ) -> Dict[str, Dict[str, float]]:
-    """Per head (row ``'head'``), the log-log slope of each cost in
-    ``keys`` against tokens."""
+    """Per head, the log-log slope of each cost in ``keys`` against
+    tokens (1 linear, 2 quadratic)."""
     out: Dict[str, Dict[str, float]] = {}
     for head in dict.fromkeys(r['head'] for r in rows):
         mine = [r for r in rows if r['head'] == head]
@@ -125,8 +115,7 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 
 def describe_row(row: Dict, fwd: str = 'fwd_ms', train: str = 'train_ms',
                  mem: str = 'mem_fwd') -> str:
-    """One progress line of a row: its ``fwd`` and ``train`` latency and
-    ``mem`` peak memory."""
+    """A row's progress line: ``fwd``, ``train`` latency, ``mem`` peak."""
     return (f'{row["head"]:<22} {row["size"]:>9} {row["tokens"]:>6} tokens  '
             f'fwd {_fmt(row.get(fwd), ".1f")} ms  '
             f'fwd+bwd {_fmt(row.get(train), ".1f")} ms  '
@@ -154,8 +143,7 @@ def results_table(rows: List[Dict], columns: Sequence[Column],
                   notes: Callable[[Dict], List[str]] = lambda row: []
                   ) -> str:
     """A markdown table of ``rows``: one column per ``(key, title, kind)``
-    (see :func:`cell`) and a note column (the row's status when it is not
-    ``'ok'``, then ``notes(row)``)."""
+    and a note column (a status other than ``'ok'``, ``notes(row)``)."""
     lines = ['| ' + ' | '.join(c[1] for c in columns) + ' | note |',
              '|' + '---|' * (len(columns) + 1)]
     for row in rows:
@@ -170,9 +158,8 @@ def results_table(rows: List[Dict], columns: Sequence[Column],
 def write_report(out_dir: str, report: Dict, table: str, title: str,
                  **plot_keys: Sequence[str]) -> None:
     """``benchmark.json`` (``report``), ``benchmark.md`` (``table``) and
-    ``benchmark.png`` (:func:`plot` of ``report['results']`` with
-    ``report['slopes']``; ``plot_keys`` choose its curves) in
-    ``out_dir``; prints the table and the files written."""
+    ``benchmark.png`` (:func:`plot`, curves ``plot_keys``) in
+    ``out_dir``; prints the table."""
     write_json(osp.join(out_dir, 'benchmark.json'), report)
     write_text(osp.join(out_dir, 'benchmark.md'), table + '\n')
     title = (f'{title}, {report["machine"]["cpu"]}, '
@@ -188,8 +175,8 @@ def write_report(out_dir: str, report: Dict, table: str, title: str,
 def plot(rows: List[Dict], fits: Dict, out_file: str, title: str,
          latency: Sequence[str] = ('fwd_ms', 'train_ms'),
          memory: Sequence[str] = ('mem_fwd', 'mem_train')) -> str:
-    """Latency (``latency`` keys) and peak memory (``memory`` keys) of
-    every head against tokens, log-log, with the fitted slopes."""
+    """Latency and peak memory of every head against tokens, log-log,
+    with the fitted slopes."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

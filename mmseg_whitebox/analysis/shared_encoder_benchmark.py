@@ -1,16 +1,12 @@
-"""A shared-encoder noise sweep timed against one evaluation per setting.
+"""A shared-encoder noise sweep timed against one evaluation per setting
+(``tools/analysis_tools/benchmark_shared_encoder.py``).
 
-The logic behind ``tools/analysis_tools/benchmark_shared_encoder.py``: a
-config's model with random weights (no pretrained encoder, no checkpoint)
-on synthetic ADE20K-layout validation images of one size, with the
-config's own test pipeline, inference mode and ``IoUMetric``; the same
-noise settings (the CBSA paper's sigmas, one draw each) evaluated once
-one at a time (``ParameterNoise`` and the test loop, encoder included, as
-``tools/noise_robustness.py --no-shared-encoder`` does) and once with the
-shared encoder, both under autocast with ``amp``; both times, their
+A config's model with random weights on synthetic ADE20K-layout images,
+with the config's test pipeline and metric; the same noise settings (the
+CBSA paper's sigmas) evaluated one at a time (as ``tools/noise_robustness.py
+--no-shared-encoder`` does) and with the shared encoder: both times, their
 ratio, the encoder's share of one evaluation and whether every setting's
-metrics are identical (with ``out``: ``benchmark.json`` and the one-row
-table ``benchmark.md`` there).
+metrics are identical.
 """
 from __future__ import annotations
 
@@ -32,26 +28,24 @@ from .timing import autocast, synchronize
 
 @dataclass
 class SharedSweepOptions:
-    """What to time (the tool's options)."""
+    """What to time."""
     config: str
     images: int = 2
     image_size: Tuple[int, int] = (512, 683)
     settings: int = 20
     max_heads: Optional[int] = None
     target: str = 'decoder-attention'
-    #: None: cuda when torch sees a GPU, else cpu (``auto_device``)
     device: Optional[str] = None
     threads: Optional[int] = None
     data_dir: Optional[str] = None
     cfg_options: Optional[Dict[str, Any]] = None
     profile: bool = False
-    #: the autocast dtype of both sweeps (``'bfloat16'``...), or None
+    #: the autocast dtype of both sweeps, or None
     amp: Optional[str] = None
     #: the folder for benchmark.json and benchmark.md, or None
     out: Optional[str] = None
 
 
-#: the sweep's table: the row of a run of :func:`run_shared_encoder_benchmark`
 BENCHMARK = Benchmark(columns=[
     ('config', 'config', '{}'), ('images', 'images', '{}'),
     ('size', 'image', '{}'), ('settings', 'settings', '{}'),
@@ -116,13 +110,12 @@ def _profiled(run: Callable[[], Any], rows: int = 15) -> Tuple[Any, str]:
 def run_shared_encoder_benchmark(options: SharedSweepOptions,
                                  log: Callable[[str], None] = print
                                  ) -> Dict[str, Any]:
-    """Both sweeps, timed (see the module docstring): ``sequential_s``,
-    ``shared_s``, ``ratio``, ``encoder_s`` and ``evaluation_s`` (one
-    clean evaluation), ``passes``, ``identical`` and the per-setting
-    ``metrics`` of both paths (and with ``options.profile``, ``profile``:
-    the op table of one more, untimed shared sweep); ``options.out``
-    locked while it runs (one run writes there at a time). ``ValueError``
-    for a bad device or target."""
+    """Both sweeps, timed: ``sequential_s``, ``shared_s``, ``ratio``,
+    ``encoder_s`` and ``evaluation_s`` (one clean evaluation),
+    ``passes``, ``identical``, the per-setting ``metrics`` of both paths
+    and, with ``options.profile``, the op table of one more shared sweep
+    (``profile``); with ``options.out``, ``benchmark.json`` and ``.md``
+    there."""
     with (lock_folder(options.out, '--out') if options.out
           else contextlib.nullcontext()):
         report, device = _timed_sweeps(options, log)
@@ -168,15 +161,14 @@ def _timed_sweeps(options: SharedSweepOptions, log: Callable[[str], None]
             'threads')
         report: Dict[str, Any] = dict(sigmas=sigmas)
         with quiet_logging(), autocast(device, options.amp):
-            # warm-up (file cache, allocator), not timed as a setting; it
-            # measures the encoder's share of one evaluation
+            # warm-up, not timed as a setting: the encoder's share
             report['evaluation_s'], report['encoder_s'] = timed_evaluation(
                 model, evaluate, device)
             start = time.perf_counter()
             sequential = []
-            for s in settings:
+            for s in settings:  # as NoiseSweep does
                 with ParameterNoise(s.parameters, s.sigma, s.mode, s.seed), \
-                        NonFiniteCounter().watching(model) as counter:  # as NoiseSweep
+                        NonFiniteCounter().watching(model) as counter:
                     metrics = evaluate()
                 sequential.append(dict(metrics,
                                        nonfinite_fraction=counter.fraction))
@@ -204,8 +196,7 @@ def _timed_sweeps(options: SharedSweepOptions, log: Callable[[str], None]
 def write_table(options: SharedSweepOptions, report: Dict[str, Any],
                 device: torch.device) -> None:
     """``benchmark.json`` (``report``, the machine, the run's row) and
-    ``benchmark.md`` (:data:`BENCHMARK`'s table of that row) in
-    ``options.out``."""
+    ``benchmark.md`` in ``options.out``."""
     row = dict(config=osp.relpath(options.config), images=options.images,
                size='x'.join(map(str, options.image_size)),
                settings=options.settings, sequential_s=report['sequential_s'],

@@ -1,12 +1,4 @@
-"""The benchmarks' calls and their wall time.
-
-:func:`time_interleaved` times repeated calls of several functions in
-interleaved rounds after warm-up, with CUDA synchronisation, each timed
-call preceded by an untimed one of the same function (steady state, not
-the previous function's cache and allocator state), each stopping early
-once its time budget is spent (a Segmenter head at 2048x2048 takes
-seconds per call on a CPU).
-"""
+"""The benchmarks' calls and their wall time (:func:`time_interleaved`)."""
 from __future__ import annotations
 
 import time
@@ -19,7 +11,7 @@ from mmseg_whitebox.ops.precision import autocast_problem
 from mmseg_whitebox.utils.amp import AMP_DTYPES
 from mmseg_whitebox.utils.tool_error import InputError
 
-# calls slower than this (seconds) are past any warm-up or cache effect
+#: seconds past which a call is past any warm-up or cache effect
 SLOW_CALL = 1.0
 
 
@@ -65,8 +57,7 @@ def inference_call(module: torch.nn.Module, x: Any, device: torch.device,
 def backward_call(module: torch.nn.Module, x: Any, device: torch.device,
                   amp: Optional[str]) -> Callable[[], None]:
     """Forward of ``module(x)`` in training mode and backward of its
-    summed output (or outputs), with the gradients of the parameters and
-    of the tensors in ``x`` that require one cleared after."""
+    summed output(s), the gradients cleared after."""
     leaves = [t for t in list(module.parameters()) + list(
         x if isinstance(x, list) else [x]) if t.requires_grad]
 
@@ -95,20 +86,14 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
                      ) -> Dict[str, List[float]]:
     """Seconds of each timed call of every function in ``fns``.
 
-    After up to ``warmup`` untimed calls each (one, for calls slower than
-    a second), the functions are called in rounds -- one timed call of
-    each per round, ``repeats`` rounds -- so a change in machine load
-    during the run affects all of them alike. With ``settle``, each timed
-    call follows an untimed call of the same function: what is timed is
-    that function in steady use, not its first call after another one
-    evicted the caches and left the allocator to fetch fresh pages from
-    the system (which on a CPU costs a small decoder more than its
-    compute). Functions slower than a second are not settled. With
-    ``max_seconds``, a function stops being timed once that much timed
-    time was spent on it, after at least 3 calls -- or after one, when
-    that one call alone took longer (a single minutes-long call is
-    already a stable figure). ``clock`` reads seconds (a stand-in clock
-    makes the schedule testable without timing anything).
+    After up to ``warmup`` untimed calls each, the functions are called in
+    ``repeats`` rounds, one timed call of each per round, so a change in
+    machine load affects all alike. With ``settle``, each timed call
+    (under a second) follows an untimed one of the same function: steady
+    use, not the caches and allocator state another function left. With
+    ``max_seconds``, a function stops being timed once that much was
+    spent on it, after at least 3 calls (or one that alone took longer).
+    ``clock`` reads seconds (a stand-in makes the schedule testable).
     """
     if repeats < 1:
         raise ValueError(f'repeats must be >= 1, got {repeats}')
@@ -119,7 +104,7 @@ def time_interleaved(fns: Dict[str, Callable[[], object]],
     for fn in fns.values():
         for _ in range(warmup):
             if call(fn) > SLOW_CALL:
-                break  # a call this slow is past any warm-up effect
+                break
     times: Dict[str, List[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():

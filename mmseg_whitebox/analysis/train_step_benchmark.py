@@ -1,20 +1,13 @@
 """The cost of one training step of whole segmentors, against ViT +
-Segmenter's mask head.
+Segmenter's mask head (``tools/analysis_tools/benchmark_train_step.py``).
 
-The logic behind ``tools/analysis_tools/benchmark_train_step.py``. What a
-user plans with is the cost of training at the crop they train with: per
-crop size and model, one optimizer step of the whole segmentor -- forward
-with the config's loss, backward, the config's optimizer step (its
-``optim_wrapper``: Nesterov SGD for the released recipes) -- on a batch of
-random crops with random labels; the median time and the peak memory of
-that step, and both as a ratio to ViT + Segmenter's mask head of the same
-size (with mmseg's loss, as mmseg ships it). With ``loss_band_rows`` every
-model is also measured with the decode loss computed in bands of label
-rows (:class:`~mmseg_whitebox.models.segmentors.BandedLossEncoderDecoder`),
-as ``'<model> banded'``. Timing and memory are the other benchmarks'
-(:mod:`~mmseg_whitebox.analysis.benchmark`): interleaved rounds, and the
-rise of the resident-set high-water mark on a CPU
-(``max_memory_allocated`` on CUDA).
+Per crop size and model: one optimizer step (forward with the config's
+loss, backward, the config's ``optim_wrapper`` step) on a batch of random
+crops with random labels, its median time and peak memory, and both as a
+ratio to ViT + Segmenter of the same size. With ``loss_band_rows`` every
+model is also measured with the decode loss in bands of label rows
+(:class:`~mmseg_whitebox.models.segmentors.BandedLossEncoderDecoder`), as
+``'<model> banded'``.
 """
 from __future__ import annotations
 
@@ -61,17 +54,14 @@ def build_trainable(names: List[str], size: str, device: torch.device,
                     compiled: bool = False
                     ) -> Dict[str, Tuple[nn.Module, object]]:
     """``name: (segmentor, optim_wrapper)``, random weights, the optimizer
-    and its parameter-wise settings from each config's ``optim_wrapper``;
-    with ``with_cp`` the encoder recomputes its layers in the backward
-    pass (activation checkpointing) instead of keeping their
-    activations. With ``loss_band_rows`` each model is followed by
-    ``name + BANDED``: the same weights in a ``BandedLossEncoderDecoder``
-    with bands of that many label rows. ``rep_grid``: CBSA's grid of
-    representatives, if not the configs'. With ``compiled`` each model
-    is followed by ``name + '+compile'``: a copy of it (the same weights,
-    an optimizer of its own) with its loss compiled as ``compile=True``
-    compiles it in training (:func:`~mmseg_whitebox.engine.hooks.
-    compile_hook.compile_segmentor`, static shapes: a graph per size)."""
+    from each config's ``optim_wrapper``.
+
+    ``with_cp``: activation checkpointing in the encoder;
+    ``loss_band_rows``: each model followed by ``name + BANDED``, the same
+    weights in a ``BandedLossEncoderDecoder``; ``rep_grid``: CBSA's grid
+    of representatives, if not the configs'; ``compiled``: each model
+    followed by ``name + '+compile'``, a copy with its loss compiled as
+    ``compile=True`` does in training (static shapes)."""
     from mmengine.optim import build_optim_wrapper
     options = {'model.backbone.with_cp': True} if with_cp else {}
     configs = {n: BENCHMARK.config(n, size, config_root) for n in names}
@@ -119,10 +109,8 @@ def random_batch(model: nn.Module, batch: int, size: Tuple[int, int],
 def train_step_fn(model: nn.Module, optim_wrapper, inputs: torch.Tensor,
                   samples: list, device: torch.device,
                   amp: Optional[str]) -> Callable[[], float]:
-    """One optimizer step: the config's losses (forward in training
-    mode), their backward, the optimizer's step and ``zero_grad`` (as
-    mmengine's ``OptimWrapper.update_params`` in a training run); returns
-    the loss."""
+    """One optimizer step as in a training run (forward in training mode,
+    ``OptimWrapper.update_params``); the call returns the loss."""
 
     def run() -> float:
         model.train()
@@ -145,7 +133,7 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
                  memory_limit: Optional[int]) -> SizeRows:
     """Time and peak memory of one training step of every model at one
     crop size (a model predicted to need more than ``memory_limit`` bytes
-    from its smaller sizes is skipped)."""
+    skipped)."""
 
     def measure(name: str, built: Tuple[nn.Module, object],
                 past: List[Dict]):
@@ -159,10 +147,8 @@ def measure_size(models: Dict[str, Tuple[nn.Module, object]],
                                        options.seed)
         step = train_step_fn(model, optim_wrapper, inputs, samples, device,
                              options.amp)
-        # a first step creates the optimizer's state (momentum buffers),
-        # which every later step finds in place; seeded, so that models
-        # with the same weights (a model and its banded-loss row) draw the
-        # same dropout and report the same first loss
+        # a first step creates the optimizer's state; seeded, so that a
+        # model and its banded-loss row draw the same dropout and loss
         torch.manual_seed(options.seed)
         start = time.perf_counter()
         row['loss'] = step()  # a float: the step has finished
@@ -217,11 +203,9 @@ def run_train_step_benchmark(out: str,
     training step of ``models`` (names of :data:`TRAIN_CONFIGS`) of model
     ``size``, ``batch`` crops of every size of ``sizes``, written to
     ``out`` (``benchmark.json`` after every size, so that a run killed for
-    memory keeps what it measured; then ``.md`` and ``.png``).
-    ``with_cp``: activation checkpointing in the encoder; ``banded_loss``:
-    also every model with the decode loss in bands of that many rows.
-    Returns the report: the set-up, ``results`` (a row per model and
-    size, with the ratios) and ``slopes``."""
+    memory keeps what it measured). ``with_cp``, ``banded_loss``: as in
+    :func:`build_trainable`. Returns the report: the set-up, ``results``
+    and ``slopes``."""
     options = options or BenchmarkOptions()
     torch_device, memory_limit = prepare_run(device, threads,
                                              memory_limit_gb)
@@ -247,7 +231,6 @@ def run_train_step_benchmark(out: str,
         def measure(crop):
             rows, calls = measure_size(built, crop, batch, options,
                                        torch_device, history, memory_limit)
-            # the memory figures kept if a larger size exhausts the memory
             done.extend(rows)
             write_json(osp.join(out, 'benchmark.json'),
                        dict(setup, results=done, partial=True))

@@ -18,9 +18,6 @@ from typing import Dict, Iterator, List, Optional
 
 from mmseg_whitebox.compat import add_scope_models
 
-#: the alias prefix of project models whose name mmseg already uses
-ALIAS_PREFIX = 'mmseg_whitebox:'
-
 _PACKAGE_DIR = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 

@@ -1,8 +1,6 @@
-"""Models registered with mmseg's ``MODELS`` registry: the layer library
-shared by heads and backbones (``layers``), the white-box backbone, the
-decode heads, segmentors with bounded test-time memory and with the
-training loss in bands of rows (``losses``), and a data preprocessor with
-Segmenter's test-time upsampling."""
+"""Models registered with mmseg's ``MODELS``: shared layers, the white-box
+backbone, decode heads, segmentors with bounded test-time memory and
+banded training loss, and Segmenter's test-time upsampling."""
 from . import layers, losses
 from .attention_registry import register_attention
 from .backbones import WhiteBoxViT

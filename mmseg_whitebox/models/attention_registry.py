@@ -1,32 +1,25 @@
 """Which modules are attention, and how each one meets its residual stream.
 
 The noise evaluator perturbs, removes and measures *attention sites*
-(:mod:`.attention_sites`); this registry says, per attention class, what
-those three mean for it. Subclasses inherit their parent's entry unless
-they have their own (the most derived registered class wins).
-
-Conventions (what "the attention's update" and "removed" are):
+(:mod:`.attention_sites`); this registry says, per attention class (the
+most derived registered class wins), what those mean for it:
 
 ``inside``
-    the module adds its own identity and returns ``identity + update``
-    (mmcv ``MultiheadAttention``, SegFormer's attention, ``NonLocal2d``,
-    DANet's ``PAM``/``CAM``): update = output - identity; removed, the
-    module returns its identity.
+    the module returns ``identity + update`` (mmcv ``MultiheadAttention``,
+    SegFormer's, ``NonLocal2d``, DANet's ``PAM``/``CAM``); removed, it
+    returns its identity.
 ``outside``
-    the module returns the update, a block adds it to the block's input
-    (``x + drop_path(scale * attn(norm(x)))``: Swin, BEiT with its layer
-    scale ``gamma_1`` as ``scale``, Twins, this project's blocks):
-    stream = the block's first input, update = ``scale * output``;
-    removed, the update is zero.
+    the module returns the update, a block adds it:
+    ``x + drop_path(scale * attn(norm(x)))`` (Swin, BEiT with ``gamma_1``
+    as ``scale``, Twins, this project's blocks); stream = the block's
+    first input; removed, the update is zero.
 ``context``
-    the module's output is a context that the head concatenates with
-    (or adds to, after further layers) its input rather than adding it
-    to a residual stream (``SelfAttentionBlock`` of ISA, ANN, OCR;
-    ``EMAModule``): stream = the module's first input, update = the
-    context; removed, the context is zero.
+    the output is a context the head concatenates with (or adds to) its
+    input (``SelfAttentionBlock`` of ISA, ANN, OCR; ``EMAModule``); stream
+    = the module's first input; removed, the context is zero.
 
-A user's attention class declares its convention with
-:func:`register_attention` (docs/extending.md).
+User classes declare theirs with :func:`register_attention`
+(docs/extending.md).
 """
 from __future__ import annotations
 
@@ -113,9 +106,6 @@ class AttentionEntry:
         exclude: patterns on parameter names inside the operator that do
             not count as the attention (beside normalisation layers).
         roles: parameter groups (see :data:`DEFAULT_ROLES`).
-
-    What each entry counts, per class: docs/robustness.md, "Supported
-    attention".
     """
 
     convention: str
@@ -150,9 +140,7 @@ _resolved = False
 def register_attention(convention: str, **options: Any
                        ) -> Callable[[Type[nn.Module]], Type[nn.Module]]:
     """Class decorator declaring an attention class's convention
-    (:class:`AttentionEntry` fields as keywords); subclasses inherit it.
-    A user's module imported through a config's ``custom_imports`` uses
-    it so that the noise evaluator finds, removes and measures it::
+    (:class:`AttentionEntry` fields as keywords); subclasses inherit it::
 
         @register_attention('outside', stream='parent')
         @MODELS.register_module()
@@ -201,10 +189,8 @@ def registered_classes() -> Dict[type, AttentionEntry]:
     return {k: v for k, v in _ENTRIES.items() if isinstance(k, type)}
 
 
-# Other libraries' attention, by import path. mmcv's MHA is the base of
-# SegFormer's (and so of Twins' GSA); mmseg's SelfAttentionBlock the base
-# of PAM and of the ISA, ANN and OCR blocks. Norm layers never count; what
-# else an entry leaves out is commented beside it.
+# Other libraries' attention, by import path (subclasses inherit: mmcv's
+# MHA is SegFormer's base, SelfAttentionBlock that of ISA, ANN, OCR, PAM)
 _MMCV_MHA = AttentionEntry('inside', identity=mmcv_mha_identity,
                            batch_axis=mmcv_batch_axis)
 _OUTSIDE = dict(convention='outside', stream='parent')

@@ -1,18 +1,14 @@
 """Where a model's attention layers are, and what "their update" means.
 
-An *attention site* is one attention module that the registry
-(:mod:`.attention_registry`) knows, meeting a residual stream ``x``.
-Three things hang on it, for every attention class alike:
+An *attention site* is one attention module the registry
+(:mod:`.attention_registry`) knows, meeting a residual stream ``x``. For
+every attention class alike it defines:
 
 * the **parameters of the attention** (what ``decoder-attention`` and
-  ``encoder-attention`` perturb): the operator's own parameters but its
-  normalisation layers and what its entry excludes (docs/robustness.md
-  has the table per class);
-* the **ablation**: the attention's update set to zero (an ``inside``
-  module returns its identity, an ``outside`` or ``context`` one a zero
-  output), the rest of the network untouched;
-* the **usage ratio**: ``||update||_F / ||x||_F`` per image, how much the
-  attention changes the stream it meets.
+  ``encoder-attention`` perturb): the operator's, but its norms and its
+  entry's exclusions (docs/robustness.md);
+* the **ablation**: the update set to zero, the rest untouched;
+* the **usage ratio**: ``||update||_F / ||x||_F`` per image.
 """
 from __future__ import annotations
 
@@ -114,9 +110,8 @@ def unregistered_attention(model: nn.Module, scope: str = '',
                            sites: Optional[List[AttentionSite]] = None
                            ) -> List[Tuple[str, str]]:
     """``(name, class)`` of the modules under ``scope`` whose class name
-    looks like attention (:data:`ATTENTION_LIKE`) but that no registered
-    site holds or contains: attention the evaluator would miss.
-    ``sites``: the scope's sites, if already found."""
+    looks like attention (:data:`ATTENTION_LIKE`) but that no site holds
+    or contains: attention the evaluator would miss."""
     model = unwrap_model(model)
     if sites is None:
         sites = find_attention_sites(model, scope)
@@ -211,18 +206,14 @@ class AttentionAblation(_UpdateHooks):
 
 
 class AttentionUsage(_UpdateHooks):
-    """Context manager recording ``||update||_F / ||x||_F`` per image and
-    site while the model runs: ``x`` the stream the attention meets
-    (patch and class tokens, or a feature map), the update what it adds.
+    """Context manager recording ``||update||_F / ||x||_F`` per site while
+    the model runs.
 
     Without a ``model``, :attr:`ratios` holds one ratio per row of each
-    call's batch axis. Given the ``model`` whose forward calls run the
-    sites (the segmentor, or its distributed wrapper), each call's rows
-    are put together per image of the forward's batch (windows or groups
-    folded into the batch axis, images outermost, summed per image), one
-    ratio per image and call (a sliding window's calls each give one),
-    so that :meth:`summary` can also gather a distributed evaluation's
-    images over ranks.
+    call's batch axis. Given the ``model`` (the segmentor, or its
+    distributed wrapper), each call's rows are summed per image of the
+    forward's batch, one ratio per image and call, so that :meth:`summary`
+    can gather a distributed evaluation's images over ranks.
     """
 
     def __init__(self, sites: List[AttentionSite],
@@ -278,11 +269,9 @@ class AttentionUsage(_UpdateHooks):
 
     def summary(self, num_images: Optional[int] = None
                 ) -> List[Dict[str, Any]]:
-        """Per site: the number of ratios (``images``; one per image and
-        window) and their mean, min and max. With a ``model``, over every
-        rank of a distributed run (a collective: every rank calls it),
-        the padding of the data set's ``num_images`` images dropped
-        (:func:`~mmseg_whitebox.utils.per_image.gather_images`)."""
+        """Per site: the number of ratios (``images``) and their mean, min
+        and max. With a ``model``, over every rank (a collective), the
+        padding beyond ``num_images`` dropped."""
         rows = []
         for site in self.sites:
             if self.model is None:

@@ -1,18 +1,14 @@
 """White-box vision transformers as mmseg backbones: CRATE (MSSA + ISTA),
 ToST (TSSA + MLP), CBT (CBSA + ISTA) and their hybrids, one class.
 
-mmseg's ``VisionTransformer`` supplies the patch embedding (or, by
-``stem_cfg``, a published stem: CBT's convolutional one, CRATE's
-normalised linear one), CLS token,
-position embedding (interpolated to any input size), ``out_indices``,
+mmseg's ``VisionTransformer`` supplies the patch embedding (or a published
+stem, ``stem_cfg``), CLS token, position embedding, ``out_indices``,
 ``final_norm``, ``norm_eval`` and pretrained loading; the layers are
-:class:`~mmseg_whitebox.models.layers.WhiteBoxBlock` s built from
-``attn_cfg`` / ``ffn_cfg``, with the same operators the decode heads use.
-Every layer is told the token grid ``hw`` and where it starts
-(``grid_start``: 1 with a CLS token, else 0), so CBSA pools its
-representatives from the patch grid only, unless its ``rep_pool='leading'``
-asks for the published classification code's pooling (``w[:, :-1]``,
-although its CLS token is first), as the CBT encoder configs do.
+:class:`~mmseg_whitebox.models.layers.WhiteBoxBlock` s of the decode
+heads' operators. Each layer gets the token grid ``hw`` and ``grid_start``
+(1 with a CLS token), so CBSA pools the patch grid only, unless
+``rep_pool='leading'`` (the published classification code's ``w[:, :-1]``,
+as the CBT encoder configs).
 """
 from __future__ import annotations
 
@@ -40,7 +36,7 @@ WEIGHT_INITS = ('mmseg', 'timm', 'pytorch')
 
 def per_layer(cfg: LayerCfg, num_layers: int, name: str) -> List[Dict]:
     """One config per layer: ``cfg`` for all, or a list of ``num_layers``
-    (e.g. CRATE+CBT: MSSA in the first half, CBSA in the second)."""
+    (e.g. CRATE+CBT hybrids)."""
     if isinstance(cfg, dict):
         return [cfg] * num_layers
     cfgs = list(cfg)
@@ -70,9 +66,8 @@ def check_local_checkpoint(path: Optional[str]) -> None:
 def check_pretrained(vit: VisionTransformer, state: Dict[str, Any],
                      source: str, allow_partial: bool = False) -> None:
     """Raise unless the converted weights ``state`` fit ``vit`` (an mmseg
-    ``VisionTransformer`` or a WhiteBoxViT) exactly, as its pretrained
-    loading will load them: the position embedding is resized to the
-    model's grid first (in ``state``), and parameters the model's
+    ``VisionTransformer`` or a WhiteBoxViT) as its pretrained loading
+    loads them: ``pos_embed`` resized in ``state`` first; parameters the
     operators add (``added_parameters``) may be absent."""
     pos_embed = state.get('pos_embed')
     if pos_embed is not None and pos_embed.shape != vit.pos_embed.shape:
@@ -86,7 +81,6 @@ def check_pretrained(vit: VisionTransformer, state: Dict[str, Any],
                     f'checkpoint for this architecture with {CONVERTERS})')
     bias = 'patch_embed.projection.bias'
     if bias in state and bias not in vit.state_dict():
-        # timm ViTs have it; mmseg's ViT configs leave it out by default
         partial_flag = (f'model.backbone.patch_bias=True in the config ('
                         f'the checkpoint has {bias}, as timm ViTs do), or '
                         + partial_flag)
@@ -105,33 +99,22 @@ class WhiteBoxViT(VisionTransformer):
             or a list with one per layer.
         ffn_cfg: ``dict(type='ISTA')`` (CRATE, CBT) or ``dict(type='MLP',
             mlp_ratio=4)`` (ToST, ViT), or a list with one per layer.
-        stem_cfg: a patch embedding registered in mmseg's ``MODELS`` in
-            place of mmseg's ``PatchEmbed``: ``dict(type='ConvPatchStem')``
-            (CBT's convolutional stem) or ``dict(type='NormedPatchEmbed')``
-            (CRATE's); ``in_channels``, ``embed_dims`` and ``patch_size``
-            are filled in. ``None``: mmseg's.
+        stem_cfg: a registered patch embedding instead of mmseg's
+            ``PatchEmbed``: ``dict(type='ConvPatchStem')`` (CBT) or
+            ``dict(type='NormedPatchEmbed')`` (CRATE); ``None``: mmseg's.
         num_layers, embed_dims, drop_path_rate, norm_cfg, with_cp,
             out_indices, final_norm, with_cls_token, norm_eval: as mmseg's
-            ``VisionTransformer`` (``drop_path_rate`` rises linearly over
-            the layers).
+            ``VisionTransformer``.
         frozen_stages: freeze the patch embedding, CLS token and position
             embedding (stage 0) and the first ``frozen_stages`` layers;
             -1 freezes nothing.
-        frozen_exclude: as mmseg's ``VisionTransformer`` (a ``**kwargs``
-            entry): ``['all']`` (default) freezes nothing, ``[]`` every
-            encoder parameter, other names (substrings of parameter names)
-            stay trainable. Applied when the encoder is built, after its
-            layers and stem, so that DDP, which wraps the model right after
-            it is built, registers only the trainable parameters.
+        frozen_exclude: as mmseg's (a ``**kwargs`` entry), applied once
+            the layers exist, so that DDP registers only trainable ones.
         init_std: passed to the operators that take it.
-        weight_init: the initialisation without pretrained weights, as the
-            released factory of the encoder draws it (:meth:`init_weights`):
-            ``'mmseg'`` (mmseg's ViT, then the operators' own),
-            ``'timm'`` (ToST, and Segmenter's ViT) or ``'pytorch'`` (CRATE
-            and CBT: PyTorch's module defaults).
-        **kwargs: other ``VisionTransformer`` arguments (``img_size``,
-            ``patch_size``, ``in_channels``, ``patch_norm``, ``pre_norm``,
-            ``interpolate_mode``, ``init_cfg``, ...).
+        weight_init: without pretrained weights, ``'mmseg'``, ``'timm'``
+            (ToST, Segmenter) or ``'pytorch'`` (CRATE, CBT); see
+            :meth:`init_weights`.
+        **kwargs: other ``VisionTransformer`` arguments.
     """
 
     def __init__(self,
@@ -153,7 +136,7 @@ class WhiteBoxViT(VisionTransformer):
             raise ValueError(f'weight_init must be one of {WEIGHT_INITS}, '
                              f'got {weight_init!r}')
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
-        # mmseg builds no standard layers (num_layers=0); ours follow
+        # no standard layers (num_layers=0); ours follow
         super().__init__(embed_dims=embed_dims, num_layers=0,
                          out_indices=0, norm_cfg=norm_cfg, with_cp=with_cp,
                          **kwargs)
@@ -182,33 +165,22 @@ class WhiteBoxViT(VisionTransformer):
         self.frozen_stages = frozen_stages
         self.weight_init = weight_init
         self._freeze_stages()
-        # mmseg's VisionTransformer froze (frozen_exclude) before our stem
-        # and layers existed
-        self._freeze()
-        # the CLS token, expanded to the batch and concatenated with the
-        # patches, would get a gradient in another layout at one image per
-        # process (DDP's stride warning)
-        keep_grad_layout(self)
+        self._freeze()  # mmseg's ran before our stem and layers existed
+        keep_grad_layout(self)  # the CLS token (layers.grad_layout)
 
     def init_weights(self) -> None:
-        """The pretrained weights (``init_cfg=dict(type='Pretrained',
-        checkpoint=...)``), loaded strictly; else, by ``weight_init``:
+        """The pretrained weights (``init_cfg`` ``Pretrained``), loaded
+        strictly; else, as the released encoders draw them:
 
-        * ``'mmseg'``: mmseg's ViT initialisation (or another ``init_cfg``)
-          followed by the operators' own published ones (mmseg's would
-          overwrite e.g. MSSA's N(0, 1/d) bases);
-        * ``'timm'``: every ``Linear`` trunc-normal std 0.02 (cut at +-2)
-          with zero bias, norms 1 / 0, convolutions at PyTorch's default,
-          CLS token and position embedding trunc-normal 0.02, then the
-          operators' own (ToST ``tost_vision/tost.py:372,398-408``; ToST
-          has no learned positions: these are the released Segmenter ViT's,
-          ``segm/model/vit.py:92-98``);
-        * ``'pytorch'``: the operators' own (step sizes N(0, 1), ISTA
-          dictionaries kaiming-uniform), then every ``Linear``, convolution
-          and norm at PyTorch's default, CLS token and position embedding
-          N(0, 1) (CRATE ``model/crate.py:120-139``, which initialises
-          nothing itself; CBT ``CBSA_image_classification/models.py:
-          147-160``).
+        * ``'mmseg'``: mmseg's ViT init (or another ``init_cfg``), then the
+          operators' own (mmseg's would overwrite e.g. MSSA's bases);
+        * ``'timm'`` (ToST; positions as Segmenter's ViT): ``Linear``
+          trunc-normal 0.02 cut at +-2, zero bias, norms 1 / 0, convs at
+          PyTorch's default, CLS token and positions trunc-normal 0.02,
+          then the operators' own;
+        * ``'pytorch'`` (CRATE, CBT): the operators' own, then ``Linear``,
+          convs and norms at PyTorch's default, CLS token and positions
+          N(0, 1).
         """
         if (isinstance(self.init_cfg, dict) and self.init_cfg.get('type')
                 in ('Pretrained', 'Pretrained_Part')):
@@ -240,22 +212,17 @@ class WhiteBoxViT(VisionTransformer):
             self._reset_operators(SubspaceAttention, ISTA)
 
     def _reset_operators(self, *types: type) -> None:
-        """The operators' own published initialisation (bases, step sizes,
-        temperatures, ISTA dictionaries) for the modules of ``types``."""
+        """The operators' own published initialisation."""
         for module in self.modules():
             if isinstance(module, types):
                 module.reset_parameters()
 
     def load_pretrained(self, checkpoint: str, type: str = 'Pretrained',
                         allow_partial: bool = False, **_) -> None:
-        """Load converted weights, as mmseg's ViT does (position embedding
-        resized to ``img_size``; ``Pretrained_Part``: the
-        ``image_encoder.`` keys), but strictly: mmseg would only print the
-        keys of a checkpoint of another architecture or size and train on
-        from a half-initialised encoder. ``allow_partial=True`` in
-        ``init_cfg`` loads the matching weights anyway. Parameters an
-        operator adds to what it converts (``added_parameters``, e.g.
-        QKVCBSA's step sizes) may be absent."""
+        """Load converted weights as mmseg's ViT does, but strictly (mmseg
+        would only print the keys of another architecture and train on from
+        a half-initialised encoder) unless ``allow_partial=True``. The
+        operators' ``added_parameters`` may be absent."""
         from mmengine.runner import CheckpointLoader
         from mmengine.runner.checkpoint import load_state_dict
         check_local_checkpoint(checkpoint)
@@ -279,10 +246,8 @@ class WhiteBoxViT(VisionTransformer):
     def _pos_embeding(self, patched_img: torch.Tensor,
                       hw_shape: Tuple[int, int],
                       pos_embed: torch.Tensor) -> torch.Tensor:
-        """Add the position embedding, resized to the token grid whenever
-        the grid differs from the trained one (mmseg's ViT resizes only
-        when the token count differs, so e.g. a 16x64 grid after training
-        on 32x32 would take the 32x32 positions unchanged)."""
+        """Add the position embedding, resized whenever the grid differs
+        (mmseg's ViT resizes only when the token count differs)."""
         if tuple(hw_shape) != self.pos_grid:
             pos_embed = self.resize_pos_embed(pos_embed, hw_shape,
                                               self.pos_grid,

@@ -1,20 +1,13 @@
 """Segmenter's test-time upsampling of small images, as a data
 preprocessor.
 
-Segmenter's evaluation (``rstrudel/segmenter``, ``segm/model/utils.py``,
-``inference`` and ``resize``) upsamples every normalised test image whose
-short side is below the sliding window to a short side of exactly the
-window (bilinear; the long side scaled by the same ratio and truncated),
-so that the window never sees a smaller image. It matters where the test
-pipeline's resize leaves images smaller than the window: ViT-L's 640
-window after ADE20K's 512 test resize, or very wide images whose long side
-the resize caps. mmseg's slide inference would instead run the model on
-the smaller image. The result is resized back to the original image size
-by the segmentor, as mmseg always does. Every published config uses it
-with ``test_short_side`` set to its sliding window (released
-``segm/model/utils.py:92-104``, called for every test image at ``:164``);
-the views of the multi-scale test (``--tta``) go through it too, as the
-released ``--multiscale`` views do.
+Segmenter's evaluation (``segm/model/utils.py:92-104``, for every test
+image at ``:164``) upsamples each normalised test image whose short side
+is below the sliding window to exactly the window (bilinear), so the
+window never sees a smaller image, where mmseg's slide inference would run
+on it (ViT-L's 640 window after ADE20K's 512 resize, very wide images).
+Every published config sets ``test_short_side`` to its window; ``--tta``
+views go through it too, as the released ``--multiscale`` ones.
 """
 from __future__ import annotations
 
@@ -29,9 +22,8 @@ from mmseg.registry import MODELS
 def upsample_short_side(images: torch.Tensor,
                         short_side: int) -> torch.Tensor:
     """``(B, C, H, W)`` images with ``min(H, W) < short_side`` upsampled
-    bilinearly (``align_corners=False``) to a short side of
-    ``short_side`` and a long side of ``int(long / short * short_side)``;
-    others are returned as they are."""
+    bilinearly to that short side (long side ``int(long / short *
+    short_side)``); others as they are."""
     h, w = images.shape[-2:]
     if min(h, w) >= short_side:
         return images
@@ -44,14 +36,12 @@ def upsample_short_side(images: torch.Tensor,
 
 @MODELS.register_module()
 class ShortSideDataPreProcessor(SegDataPreProcessor):
-    """mmseg's ``SegDataPreProcessor``, then, at test time only, Segmenter's
-    upsampling of normalised images whose short side is below
-    ``test_short_side`` (see the module doc; ``None``: never).
+    """mmseg's ``SegDataPreProcessor``, then, at test time, Segmenter's
+    upsampling of small images.
 
     Args:
-        test_short_side: the smallest short side a test image may have (the
-            sliding window's size).
-        **kwargs: ``SegDataPreProcessor``'s arguments.
+        test_short_side: the smallest short side of a test image (the
+            sliding window's size); ``None``: never upsample.
     """
 
     def __init__(self,

@@ -13,21 +13,15 @@ CBSA_DEFAULTS = dict(type='CBSA', num_heads=3, head_dim=100,
 
 @MODELS.register_module()
 class CBSAHead(JointTokenHead):
-    """Contract-and-Broadcast Transformer decoder.
-
-    ``num_layers`` pre-norm residual CBSA layers (no MLP) over the patch
-    tokens and the appended class embeddings, then the mask frame.
-    Representatives are pooled from the patch grid only; the class tokens
-    take part in extraction and receive the broadcast.
+    """Contract-and-Broadcast Transformer decoder: ``num_layers``
+    pre-norm residual CBSA layers (no MLP) over patch tokens and class
+    embeddings, then the mask frame.
 
     Args:
         num_layers: decoder depth (published: 3).
-        attn_cfg: the CBSA operator (:class:`~mmseg_whitebox.ops.CBSA`);
-            published at ViT-T: 3 heads x 100 dims, a 10x10 grid of
-            representatives, ``out_proj='linear'`` (CBT) or ``'tied'``
-            (the rigorous CBT-dagger, no output linear).
-        **kwargs: :class:`MaskClassificationHead` / ``BaseDecodeHead``
-            arguments (``in_channels``, ``channels``, ``num_classes``, ...).
+        attn_cfg: the CBSA operator, over the published defaults
+            (``out_proj='tied'``: CBT-dagger).
+        **kwargs: :class:`MaskClassificationHead` arguments.
     """
 
     def __init__(self,

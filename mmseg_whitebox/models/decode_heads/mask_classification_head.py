@@ -1,11 +1,8 @@
-"""The mask-classification frame shared by Segmenter-style decoders.
-
-Written once for every white-box head (CBSA, MSSA, TSSA), as in the
-Segmenter, DEPICT and CBT papers: ``K`` learnable class embeddings are
-processed together with the encoder's patch tokens; at the end patch and
-class features are L2-normalised, ``masks = patches @ classes^T``, a
-LayerNorm over the ``K`` classes, reshaped to the token grid (any ``H x W``)
-and upsampled by mmseg's ``BaseDecodeHead`` as usual.
+"""The mask-classification frame of the white-box heads (Segmenter,
+DEPICT, CBT): ``K`` learnable class embeddings are processed with the patch
+tokens; then ``masks = LayerNorm_K(normalise(patches) @
+normalise(classes)^T)`` on the token grid, upsampled by mmseg's
+``BaseDecodeHead``.
 """
 from __future__ import annotations
 
@@ -24,13 +21,9 @@ from ..layers import PreNormResidual
 
 
 def _copy_by_image(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """``dst.copy_(src)`` image by image (``dst`` contiguous, ``src``
-    often a transposed view, e.g. the encoder's ``(B, d, H, W)`` map read
-    as ``(B, HW, d)`` tokens). torch copies a transposed 2-D matrix block
-    by block; a batched copy of the same view (``torch.cat``,
-    ``.contiguous()``) reads it column by column, and with a power-of-two
-    token count those reads keep landing in the same cache sets: 2x (64x64
-    tokens) to 4x (128x128) slower on a CPU. Returns ``dst``."""
+    """``dst.copy_(src)`` image by image: torch copies a transposed 2-D
+    matrix block by block, but a batched transposed view column by column
+    (several times slower on a CPU at power-of-two token counts)."""
     for i in range(dst.shape[0]):
         dst[i].copy_(src[i])
     return dst
@@ -41,15 +34,12 @@ class MaskClassificationHead(BaseDecodeHead):
 
     Args:
         in_channels: encoder width.
-        channels: decoder width ``d``. The published decoders work at the
-            encoder width (``channels == in_channels``, no input
-            projection); otherwise a ``Linear`` projects the tokens first.
+        channels: decoder width ``d`` (published: ``in_channels``; else a
+            ``Linear`` projects the tokens first).
         init_std: std of the truncated-normal init of class embeddings and
-            Linear layers (the published decoders use 0.02).
-        norm_cfg: the norms of the decoder layers (mmcv's
-            ``build_norm_layer``; default LayerNorm, as published).
-        **kwargs: :class:`BaseDecodeHead` arguments (``num_classes``,
-            ``loss_decode``, ``ignore_index``, ``align_corners``, ...).
+            Linear layers.
+        norm_cfg: the decoder layers' norms (default LayerNorm).
+        **kwargs: :class:`BaseDecodeHead` arguments.
 
     Subclasses build their layers and implement :meth:`decode_tokens`.
     """
@@ -76,8 +66,7 @@ class MaskClassificationHead(BaseDecodeHead):
 
     def build_blocks(self, block: type, attn_cfg: Dict[str, Any],
                      num: int) -> nn.ModuleList:
-        """``num`` blocks of type ``block`` at the decoder width, with this
-        head's norms and init std."""
+        """``num`` blocks of type ``block`` at the decoder width."""
         return nn.ModuleList(
             block(self.channels, attn_cfg, self.norm_cfg,
                   init_std=self.init_std) for _ in range(num))
@@ -89,7 +78,6 @@ class MaskClassificationHead(BaseDecodeHead):
                 trunc_normal_init(module, std=self.init_std, bias=0)
             elif isinstance(module, nn.LayerNorm):
                 constant_init(module, val=1.0, bias=0.0)
-        # the attention operators initialise themselves as published
         for module in self.modules():
             if isinstance(module, SubspaceAttention):
                 module.reset_parameters()
@@ -98,8 +86,8 @@ class MaskClassificationHead(BaseDecodeHead):
     def decode_tokens(self, patches: torch.Tensor, classes: torch.Tensor,
                       hw: Tuple[int, int]
                       ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Process ``(B, HW, d)`` patch tokens and ``(B, K, d)`` class
-        embeddings; return the final (normalised-by-LayerNorm) features."""
+        """``(B, HW, d)`` patches, ``(B, K, d)`` classes -> final
+        features."""
 
     def forward(self, inputs: List[torch.Tensor]) -> torch.Tensor:
         x = self._transform_inputs(inputs)  # (B, C, H, W)
@@ -108,13 +96,11 @@ class MaskClassificationHead(BaseDecodeHead):
         classes = self.cls_emb.expand(b, -1, -1)
         patches, classes = self.decode_tokens(patches, classes, (h, w))
         classes = F.normalize(classes, dim=-1)
-        # L2-normalising the patches = dividing their similarities by the
-        # patch norms: an (N, K) pass instead of an (N, d) copy
+        # L2-normalised patches: similarities divided by the patch norms
         norms = torch.linalg.vector_norm(patches, dim=-1, keepdim=True)
         similarities = torch.matmul(patches, classes.transpose(1, 2))
         masks = self.mask_norm(similarities.div_(norms.clamp_min(1e-12)))
-        # contiguous class maps, as mmseg's heads return: resizing the
-        # transposed view is several times slower
+        # contiguous class maps: resizing the transposed view is slower
         maps = masks.new_empty(b, self.num_classes, h * w)
         return _copy_by_image(maps, masks.transpose(1, 2)).view(
             b, self.num_classes, h, w)
@@ -140,10 +126,8 @@ class JointTokenHead(MaskClassificationHead):
 
     def decode_tokens(self, patches, classes, hw):
         b, num_patches, d = patches.shape
-        # torch.cat([patches, classes], dim=1) without its slow copy of the
-        # transposed feature map
-        # (the promoted dtype, asked of torch only when the two differ:
-        # a dtype-valued torch call breaks a torch.compile graph)
+        # torch.cat([patches, classes], dim=1) without its slow copy; the
+        # dtype promoted only when needed (it breaks a torch.compile graph)
         dtype = patches.dtype
         if classes.dtype != dtype:  # autocast: float32 class embeddings
             dtype = torch.promote_types(dtype, classes.dtype)

@@ -17,26 +17,21 @@ CROSS_DEFAULTS = dict(type='CrossMSSA', head_dim=50)
 
 @MODELS.register_module()
 class MSSAHead(JointTokenHead):
-    """DEPICT-SA (``mode='sa'``) or DEPICT-CA (``mode='ca'``).
+    """DEPICT-SA or DEPICT-CA.
 
-    ``mode='sa'``: ``num_layers`` pre-norm residual MSSA layers over patch
-    tokens and class embeddings together (no MLP), then one norm. Each
-    MSSA projects back through its own bases (tied) times a learnable
-    scalar step size.
-
-    ``mode='ca'``: ``num_layers`` MSSA layers over the patch tokens alone
-    (then a norm), followed by ``num_cross_layers`` cross-attention MSSA
-    layers in which the class embeddings query the patch tokens through
-    shared bases, with a residual on the class queries (then a norm).
+    ``'sa'``: ``num_layers`` pre-norm residual MSSA layers (no MLP) over
+    patch tokens and class embeddings, then a norm. ``'ca'``: the MSSA
+    layers over the patches alone (then a norm), then ``num_cross_layers``
+    CrossMSSA layers in which the class embeddings query the patches, with
+    a residual on the queries (then a norm).
 
     Args:
         mode: ``'sa'`` or ``'ca'``.
         num_layers: self-attention depth (published: 3).
-        attn_cfg: the MSSA operator (:class:`~mmseg_whitebox.ops.MSSA`;
-            published at ViT-T: 3 heads x 100, tied, N(0, 1/d) bases).
+        attn_cfg: the MSSA operator, over the published defaults.
         num_cross_layers: CA depth (published: 3).
-        cross_attn_cfg: the cross operator, merged over ``attn_cfg``
-            (default ``dict(type='CrossMSSA', head_dim=50)``, published).
+        cross_attn_cfg: the cross operator, merged over ``attn_cfg`` and
+            ``dict(type='CrossMSSA', head_dim=50)``.
     """
 
     def __init__(self,
@@ -67,4 +62,3 @@ class MSSAHead(JointTokenHead):
         for layer in self.cross_layers:
             classes = layer(classes, patches)
         return patches, self.class_norm(classes)
-

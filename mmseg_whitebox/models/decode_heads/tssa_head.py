@@ -14,13 +14,11 @@ TSSA_DEFAULTS = dict(type='TSSA', num_heads=3, head_dim=100,
 @MODELS.register_module()
 class TSSAHead(JointTokenHead):
     """``num_layers`` pre-norm residual TSSA layers (no MLP) over patch
-    tokens and class embeddings together, then the mask frame. Cost is
-    linear in the number of tokens.
+    tokens and class embeddings, then the mask frame.
 
     Args:
-        num_layers: decoder depth (as the other white-box decoders: 3).
-        attn_cfg: the TSSA operator (:class:`~mmseg_whitebox.ops.TSSA`;
-            default 3 heads x 100 dims).
+        num_layers: decoder depth.
+        attn_cfg: the TSSA operator, over the defaults (3 heads x 100).
     """
 
     def __init__(self,

@@ -1,9 +1,6 @@
-"""Pre-norm residual blocks around an attention operator.
-
-``x + drop_path(attn(norm(x)))``: the block owns the residual, the
-operator returns the update. The update is the output of the block's
-``attn`` submodule, so a forward hook there sees it (robustness ablation,
-usage ratios, analysis probes).
+"""Pre-norm residual blocks around an attention operator:
+``x + drop_path(attn(norm(x)))``. The operator returns the update, so a
+forward hook on the block's ``attn`` sees it (ablation, usage ratios).
 """
 from __future__ import annotations
 
@@ -27,11 +24,10 @@ class PreNormResidual(nn.Module):
 
     Args:
         dim: token width.
-        attn_cfg: the operator, as a config (``dict(type='CBSA', ...)``;
-            ``dim`` and ``init_std`` are filled in) or a built module.
-        norm_cfg: the norm before the operator (mmcv's
-            ``build_norm_layer``; default LayerNorm).
-        drop_path_rate: stochastic depth on the update (training only).
+        attn_cfg: the operator, a config (``dim`` and ``init_std`` filled
+            in) or a built module.
+        norm_cfg: the norm before the operator (default LayerNorm).
+        drop_path_rate: stochastic depth on the update.
         init_std: passed to operators that take it.
     """
 
@@ -48,7 +44,6 @@ class PreNormResidual(nn.Module):
                           if drop_path_rate > 0 else nn.Identity())
 
     def forward(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """``kwargs`` go to the operator (e.g. ``hw``, ``grid_start``)."""
         return x + self.drop_path(self.attn(self.norm(x), **kwargs))
 
 
@@ -87,8 +82,6 @@ class WhiteBoxBlock(PreNormResidual):
         self.ffn = build_feedforward(ffn_cfg, dim)
 
     def forward(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """``kwargs`` go to the attention operator (``hw``,
-        ``grid_start``)."""
         x = super().forward(x, **kwargs)
         if isinstance(self.ffn, ISTA):
             return self.ffn(self.norm2(x))

@@ -1,9 +1,6 @@
-"""Attention operators in mmseg's ``MODELS`` registry, and their builder.
-
-Heads and backbones name their operator by config, as mmseg's
-``build_attn`` does: ``attn_cfg=dict(type='CBSA', num_heads=3,
-head_dim=64, rep_grid=(8, 8))``. The block fills in what it knows (the
-token width ``dim``, an ``init_std``) where the operator takes it.
+"""Attention operators in mmseg's ``MODELS`` registry, and their builder:
+heads and backbones name their operator by config, as mmseg's
+``build_attn`` does (``attn_cfg=dict(type='CBSA', ...)``).
 """
 from __future__ import annotations
 
@@ -25,9 +22,9 @@ for _op in ATTENTION_OPERATORS:
 
 def build_attention(cfg: Union[Dict[str, Any], nn.Module],
                     **defaults: Any) -> nn.Module:
-    """An operator from ``cfg`` (a dict with ``type``, or a built module,
-    returned as it is). ``defaults`` (e.g. ``dim=384``) fill in arguments
-    that ``cfg`` leaves out and the operator's ``__init__`` accepts."""
+    """An operator from ``cfg`` (a dict with ``type``; a built module is
+    returned as it is); ``defaults`` fill in what ``cfg`` leaves out and
+    the operator accepts."""
     if isinstance(cfg, nn.Module):
         return cfg
     cfg = dict(cfg)

@@ -1,22 +1,13 @@
 """Gradients laid out as their parameters, for DistributedDataParallel.
 
-DDP copies each gradient into a bucket view laid out as the parameter and
-warns ("Grad strides do not match bucket view strides") when the strides
-differ, which then costs a strided copy every step. Autograd's layout
-contract ignores the strides of size-1 dimensions, so a parameter with
-one can end up holding a gradient in another layout: a CLS token or class
-embeddings ``(1, n, d)`` expanded to the batch and concatenated with the
-``N`` other tokens (mmseg's ``VisionTransformer`` and
-``SegmenterMaskTransformerHead``,
-:class:`~mmseg_whitebox.models.backbones.WhiteBoxViT`) receive, at one
-image per process (the ``8xb1`` configs), a slice of the concatenated
-tokens' gradient: strides ``((N + n) * d, d, 1)`` instead of
-``(n * d, d, 1)``. That slice also keeps the whole ``(1, N + n, d)``
-gradient alive until the next ``zero_grad``.
-
-:func:`keep_grad_layout` hooks such parameters so that their gradient
-arrives in their own layout: the same values, copied (``n * d`` numbers)
-only when the layout differs.
+DDP warns ("Grad strides do not match bucket view strides") and copies
+every step when a gradient's strides differ from its parameter's. Autograd
+ignores the strides of size-1 dimensions, so a CLS token or class
+embeddings ``(1, n, d)`` expanded to the batch and concatenated with ``N``
+tokens receive, at one image per process, a slice of the tokens' gradient
+(strides ``((N + n) * d, d, 1)``), which also keeps that whole gradient
+alive. :func:`keep_grad_layout` hooks such parameters so that their
+gradient arrives in their own layout (copied only when it differs).
 """
 from __future__ import annotations
 
@@ -26,21 +17,17 @@ from typing import Iterable, Union
 import torch
 import torch.nn as nn
 
-#: the parameters already hooked, by ``id`` (held weakly; a parameter
-#: copied by ``deepcopy`` is a new tensor without the hook, not in here).
-#: Not a WeakSet: its lookups compare tensors with ``==``, elementwise
+#: the parameters already hooked, by ``id``, held weakly (a WeakSet would
+#: compare tensors with ``==``, elementwise)
 _HOOKED: 'weakref.WeakValueDictionary[int, torch.Tensor]' = \
     weakref.WeakValueDictionary()
 
 
 class _ParamLayout:
-    """A gradient hook: the gradient in its parameter's strides. Holds the
-    parameter weakly (a strong reference would be a cycle through the
-    parameter's own hooks)."""
+    """A gradient hook: the gradient in its parameter's strides (the
+    parameter held weakly: no cycle through its own hooks)."""
 
-    #: pickling a model (``torch.save(model)``) leaves the hook out
-    #: without torch's warning: the hook changes no value, and
-    #: :func:`keep_grad_layout` puts it back on a rebuilt model
+    #: ``torch.save(model)`` leaves the hook out, without torch's warning
     __torch_unserializable__ = True
 
     def __init__(self, param: torch.Tensor) -> None:
@@ -60,11 +47,8 @@ class _ParamLayout:
 def keep_grad_layout(
         params: Union[nn.Module, Iterable[torch.Tensor]]) -> int:
     """Hook every trainable parameter of ``params`` (a module, or
-    parameters) that has a size-1 dimension, so that its gradient comes
-    in the parameter's own strides (module docstring). Other parameters
-    need none: autograd already lays their gradients out as them.
-    Parameters hooked before are skipped; returns how many were hooked
-    now."""
+    parameters) with a size-1 dimension, once; returns how many were
+    hooked now."""
     if isinstance(params, nn.Module):
         params = params.parameters()
     hooked = 0

@@ -1,10 +1,8 @@
-"""Patch embeddings of the published white-box encoders, as alternatives
-to mmseg's ``PatchEmbed`` (one strided convolution) in
-:class:`~mmseg_whitebox.models.backbones.WhiteBoxViT`.
-
-Both return ``(tokens (B, N, d), (H, W))`` as mmseg's ``PatchEmbed`` does,
-and pad an image whose sides are not multiples of the patch size at the
-bottom and right (mmseg's ``'corner'`` padding), so any input size works.
+"""Patch embeddings of the published white-box encoders, alternatives to
+mmseg's ``PatchEmbed`` in
+:class:`~mmseg_whitebox.models.backbones.WhiteBoxViT`. Both return
+``(tokens (B, N, d), (H, W))`` and pad at the bottom and right (mmseg's
+``'corner'``), so any input size works.
 """
 from __future__ import annotations
 
@@ -19,8 +17,8 @@ from mmseg.registry import MODELS
 
 def pad_to_multiple(x: torch.Tensor, size: int) -> torch.Tensor:
     """Zero-pad ``(B, C, H, W)`` at the bottom and right to multiples of
-    ``size``. Always padded (zero where none is needed), so that an
-    exported graph pads at every input size, not only the export size."""
+    ``size``; always (maybe by zero), so an exported graph pads at every
+    size."""
     h, w = x.shape[-2:]
     return F.pad(x, (0, -w % size, 0, -h % size))
 
@@ -37,8 +35,7 @@ class ConvPatchStem(nn.Module):
         embed_dims: token width ``d``.
         patch_size: 16 or 8.
         norm_cfg: the norm after every convolution (default ``BN``; the
-            configs' ``cbt_stem`` sets ``SyncBN``, as published, which one
-            process and CPU processes run as BN).
+            configs set ``SyncBN``, as published).
     """
 
     def __init__(self,

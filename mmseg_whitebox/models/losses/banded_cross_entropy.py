@@ -1,30 +1,19 @@
 """mmseg's decode-head loss computed a band of label rows at a time.
 
-``BaseDecodeHead.loss_by_feat`` (mmseg/models/decode_heads/decode_head.py)
-resizes a head's logits (B, C, h, w) bilinearly to the label size (H, W)
-and takes the cross-entropy and the accuracy of that map. At a 1024x1024
-crop and 150 classes the resized logits, their softmax and their gradient
-are 600 MB each per image, whatever the model. :func:`banded_loss_by_feat`
-returns the same losses and ``acc_seg`` without them: bilinear resizing is
-separable, so a band of output rows depends only on a few rows of the
-logits; each band is resized (with PyTorch's own interpolation weights),
-its cross-entropy sums and correct predictions are added up and the band
-is freed; the backward pass resizes each band again instead of keeping
-it. The largest tensors are a few of (B, C, rows, W).
+``BaseDecodeHead.loss_by_feat`` resizes the logits (B, C, h, w) to the
+label size before the cross-entropy: at a 1024x1024 crop and 150 classes
+the resized logits, their softmax and their gradient are 600 MB each per
+image. Bilinear resizing is separable, so :func:`banded_loss_by_feat`
+resizes a band of rows at a time (PyTorch's own weights), adds up its
+losses and correct pixels, frees it, and resizes it again in the backward
+pass: the same losses, ``acc_seg`` and gradients up to summation order.
 
-What is replicated, from mmseg 1.2.2's ``loss_by_feat``
-(decode_heads/decode_head.py:291-338), ``cross_entropy``
-(losses/cross_entropy_loss.py:12-78), ``weight_reduce_loss``
-(losses/utils.py:48-83) and ``accuracy`` (losses/accuracy.py:6-61): every
-``loss_decode`` entry (several with the same ``loss_name`` are added),
-``loss_weight``, ``class_weight``, ``ignore_index``, ``reduction`` 'mean'
-(the sum divided by ``avg_factor + eps``, float32's eps) or 'sum', and
-``avg_non_ignore``: without class weights ``avg_factor`` is the number
-of pixels (those not ignored with ``avg_non_ignore``); with class weights
-it is a sum of the labels' class weights, over the pixels the installed
-mmseg sums them over (mmseg 1.2.2 and onedl-mmsegmentation 1.4.2 differ
-there; :func:`class_weight_average` asks the installed
-``cross_entropy``).
+Replicated from mmseg 1.2.2 (``loss_by_feat``, ``cross_entropy``,
+``weight_reduce_loss``, ``accuracy``): every ``loss_decode`` entry (same
+``loss_name`` added), ``loss_weight``, ``class_weight``, ``ignore_index``,
+``reduction`` 'mean' (sum / (``avg_factor`` + eps)) or 'sum', and
+``avg_non_ignore``; with class weights ``avg_factor`` follows the
+installed mmseg (:func:`class_weight_average`).
 """
 import math
 from dataclasses import dataclass
@@ -42,8 +31,8 @@ from torch.autograd.function import once_differentiable
 
 from mmseg_whitebox.utils.tool_error import InputError
 
-#: label rows per band by default (at 1024 columns, 150 classes, float32
-#: and batch 2: 78 MB per band-sized buffer)
+#: label rows per band by default (1024 columns, 150 classes, batch 2:
+#: 78 MB per band-sized float32 buffer)
 DEFAULT_BAND_ROWS = 64
 #: mmseg's guard against a zero divisor (losses/utils.py weight_reduce_loss,
 #: losses/accuracy.py)
@@ -59,19 +48,16 @@ def decode_losses(head: BaseDecodeHead) -> List[nn.Module]:
 @lru_cache(maxsize=None)
 def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
     """How the installed mmseg's ``cross_entropy`` averages a
-    class-weighted loss: ``(pixels, indexes_ignored)``.
+    class-weighted loss, found by running it on two pixels:
+    ``(pixels, indexes_ignored)``.
 
-    ``pixels`` is ``'every'`` when its ``avg_factor`` sums the class weight
-    of every pixel's label, ignored ones included, ``'kept'`` when only
-    those of the pixels not ignored; ``indexes_ignored`` is whether it
-    looks up the class weight of ignored labels too (and so fails on an
-    ``ignore_index`` outside the classes, such as 255). mmseg 1.2.2 builds
-    the weights of every label and zeroes the ignored ones with
-    ``avg_non_ignore`` ('every'/'kept', True);
-    onedl-mmsegmentation 1.4.2 takes the labels not ignored ('kept', False)
-    and fails with ``avg_non_ignore``. Found by running it on two pixels,
-    so that the banded loss follows the mmseg that is installed;
-    :class:`InputError` where that mmseg fails."""
+    ``pixels``: ``'every'`` when ``avg_factor`` sums the class weights of
+    every pixel's label, ``'kept'`` of the pixels not ignored only;
+    ``indexes_ignored``: whether it looks up ignored labels' weights too
+    (failing on an ``ignore_index`` such as 255). mmseg 1.2.2: 'every'
+    ('kept' with ``avg_non_ignore``), True; onedl-mmsegmentation 1.4.2:
+    'kept', False, failing with ``avg_non_ignore`` (:class:`InputError`).
+    """
     from mmseg.models.losses.cross_entropy_loss import cross_entropy
     pred = torch.zeros(1, 2, 1, 2, dtype=torch.float64)
     weight = torch.tensor([1., 3.], dtype=torch.float64)
@@ -108,9 +94,9 @@ def class_weight_average(avg_non_ignore: bool) -> Tuple[str, bool]:
 
 
 def check_banded_loss(head: nn.Module) -> None:
-    """:class:`InputError` saying why the banded loss cannot stand in
-    for ``head``'s: it computes ``BaseDecodeHead.loss_by_feat`` with softmax
-    ``CrossEntropyLoss`` entries and no pixel sampler, nothing else."""
+    """:class:`InputError` unless the banded loss can stand in for
+    ``head``'s: ``BaseDecodeHead.loss_by_feat`` with softmax
+    ``CrossEntropyLoss`` entries and no pixel sampler."""
     name = type(head).__name__
     if not isinstance(head, BaseDecodeHead):
         raise InputError(f'{name} is not an mmseg BaseDecodeHead')
@@ -149,9 +135,8 @@ def check_banded_loss(head: nn.Module) -> None:
 
 def interpolation_matrix(in_size: int, out_size: int, align_corners: bool,
                          dtype: torch.dtype, device: torch.device) -> Tensor:
-    """(out_size, in_size): the weights of ``F.interpolate``'s linear
-    resize along one axis, taken from ``F.interpolate`` itself (it resizes
-    the unit vectors), so they are PyTorch's on every device and dtype."""
+    """(out_size, in_size): ``F.interpolate``'s linear resize along one
+    axis, taken from it (resizing unit vectors) on any device and dtype."""
     eye = torch.eye(in_size, dtype=dtype, device=device)[None]
     return F.interpolate(eye, size=out_size, mode='linear',
                          align_corners=align_corners)[0].t()
@@ -178,10 +163,8 @@ class BandPlan:
     dtype: torch.dtype
 
     def resize(self, logits: Tensor, band: Band) -> Tensor:
-        """Rows ``band.start:band.stop`` of the logits resized to the
-        label size, from the rows ``band.first:band.last`` of ``logits``
-        (B, C, last - first, w) -> (B, C, stop - start, width): rows by a
-        product with the band's weights, columns by ``F.interpolate``."""
+        """(B, C, last - first, w) logit rows -> the band's (B, C,
+        stop - start, width) resized rows."""
         x = logits.to(self.dtype)
         if band.weights is not None:
             x = torch.matmul(band.weights, x)
@@ -224,13 +207,11 @@ def _no_autocast(device: torch.device):
 
 
 class BandedCrossEntropy(torch.autograd.Function):
-    """Per ``loss_decode`` entry, the sum over the label map of the
-    (class-weighted) cross-entropy of the resized logits, and the number
-    of pixels, not ignored, whose top class is their label; band by band.
-
-    The backward pass resizes each band again and takes the gradient of
-    the cross-entropy in closed form, ``w_y (softmax - onehot_y)`` per
-    pixel (0 where ignored), then back through the resize by autograd."""
+    """Per ``loss_decode`` entry, the summed (class-weighted)
+    cross-entropy of the resized logits, and the number of correct
+    pixels; band by band. The backward pass resizes each band again:
+    ``w_y (softmax - onehot_y)`` per pixel, then autograd through the
+    resize."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, labels: Tensor, plan: BandPlan,
@@ -300,9 +281,9 @@ class BandedCrossEntropy(torch.autograd.Function):
 def average_factor(loss: CrossEntropyLoss, labels: Tensor,
                    class_weight: Optional[Tensor],
                    ignore_index: int) -> Union[int, Tensor]:
-    """mmseg's ``avg_factor`` of a 'mean' cross-entropy over ``labels``
-    (cross_entropy_loss.py, ``cross_entropy``): a pixel count without class
-    weights, else a sum of class weights (:func:`class_weight_average`)."""
+    """mmseg's ``avg_factor`` of a 'mean' cross-entropy: a pixel count
+    without class weights, else a sum of them
+    (:func:`class_weight_average`)."""
     ignored = labels == ignore_index
     if class_weight is None:
         if loss.avg_non_ignore:
@@ -325,12 +306,9 @@ def average_factor(loss: CrossEntropyLoss, labels: Tensor,
 def banded_loss_by_feat(head: BaseDecodeHead, seg_logits: Tensor,
                         batch_data_samples: SampleList,
                         rows: int = DEFAULT_BAND_ROWS) -> Dict[str, Tensor]:
-    """``head.loss_by_feat(seg_logits, batch_data_samples)``, with the
-    resized logits computed ``rows`` label rows at a time (see the module
-    docstring); same losses and ``acc_seg``, and same gradients, up to
-    float summation order. The resize and the losses run in float32 at
-    least (mmseg resizes in the logits' dtype: they differ to bfloat16's
-    precision for bfloat16 logits under autocast)."""
+    """``head.loss_by_feat(seg_logits, batch_data_samples)``, ``rows``
+    label rows at a time, in float32 at least (mmseg resizes in the
+    logits' dtype: bfloat16 logits differ to bfloat16's precision)."""
     if int(rows) < 1:
         raise InputError(f'rows must be positive, got {rows}')
     labels = head._stack_batch_gt(batch_data_samples).squeeze(1)

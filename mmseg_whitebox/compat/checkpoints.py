@@ -1,42 +1,25 @@
-"""The checkpoint-loading fixes of :mod:`mmseg_whitebox.compat`: every
-checkpoint is loaded weights-only, whatever its scheme, on mmengine
-0.10.7 and onedl-mmengine 0.10 alike.
+"""Every checkpoint loaded weights-only, whatever its scheme (mmengine
+0.10.7 and onedl-mmengine 0.10; torch 2.1 to 2.13).
 
 ``checkpoint loading``
-    The fix registers ONE loader, :func:`load_from_weights_only`, for
-    every prefix of mmengine's ``CheckpointLoader`` (local files,
-    ``http(s)://``, ``torchvision://``, ``modelzoo://``,
-    ``open-mmlab://``, ``openmmlab://``, ``mmcls://``, ``pavi://``,
-    ``s3://``, ``petrel://``: mmengine 0.10.7 and onedl-mmengine 0.10
-    alike). It finds the file as mmengine does, always loads it with
-    ``weights_only=True`` and decodes the weights-only-safe checkpoints
-    this project writes (see :mod:`mmseg_whitebox.utils.checkpoint_codec`);
-    without the decoding, a resumed run drops the message hub's logged
-    scalars and gets numpy values back as tagged dicts. A file that needs
-    full unpickling is refused with an error that says how to convert it
-    (``python -m mmseg_whitebox weights-only``, from any directory); the
-    protection is never switched off. Without the fix: mmengine 0.10.7's
-    local loader calls a bare ``torch.load`` (weights-only by default
-    since torch 2.6, so not on torch 2.1); onedl-mmengine's retries a
-    refused load with ``weights_only=False`` (see the next fix); on every
-    stack, a URL's file (also behind ``torchvision://``, ``mmcls://``,
-    ``open-mmlab://``) is read from torch's hub cache by
-    ``torch.hub.load_state_dict_from_url``, whose ``weights_only``
-    defaults to False (torch 2.1 to 2.13), so a file planted there runs
-    its code. A URL is downloaded by every process that needs it
-    (:func:`mmseg_whitebox.utils.downloads.fetch_url`; mmengine
-    downloads on rank 0 while the others wait at a barrier), and a failed
-    download is one line.
+    *Patches* mmengine's ``CheckpointLoader``: one loader,
+    :func:`load_from_weights_only`, for every prefix (local files,
+    ``http(s)://``, ``torchvision://``, ``modelzoo://``, ``open-mmlab://``,
+    ``openmmlab://``, ``mmcls://``, ``pavi://``, ``s3://``, ``petrel://``).
+    It finds the file as mmengine does, loads it with ``weights_only=True``
+    and decodes the safe checkpoints this project writes
+    (:mod:`mmseg_whitebox.utils.checkpoint_codec`); a file that needs full
+    unpickling is refused, saying how to convert it. *Why:* mmengine
+    0.10.7's local loader calls a bare ``torch.load`` (not weights-only on
+    torch < 2.6), and on every stack a URL's file is read from torch's hub
+    cache by ``load_state_dict_from_url``, whose ``weights_only`` defaults
+    to False, so a file planted there runs its code. Every process
+    downloads what it needs (:func:`mmseg_whitebox.utils.downloads.fetch_url`).
 
 ``mmengine's weights-only fallback`` (onedl-mmengine only)
-    The maintained fork's ``mmengine.runner.checkpoint._safe_torch_load``,
-    which its other loaders (``pavi://``, ``openmmlab://`` from the
-    mmengine home, ...) call with a file path, retries a refused
-    weights-only load with ``weights_only=False``, i.e. it unpickles
-    whatever the file holds. The
-    fix replaces it with the same weights-only load and refusal as local
-    files. Skipped on mmengine 0.10.7, whose loaders call ``torch.load``
-    without that fallback (weights-only by default since torch 2.6).
+    *Patches* ``mmengine.runner.checkpoint._safe_torch_load``, which
+    retries a refused weights-only load with ``weights_only=False``; it
+    gets the same load and refusal as local files.
 """
 from __future__ import annotations
 

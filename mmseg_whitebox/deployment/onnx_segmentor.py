@@ -1,39 +1,24 @@
 """Image to prediction with an exported segmentor and onnxruntime: what
 mmseg's ``inference_model`` does, without torch.
 
-The graph that :mod:`.onnx_export` writes is the network alone: a
-normalised ``(1, 3, H, W)`` tensor in, the logits at that size out.
+The graph (:mod:`.onnx_export`) is the network alone: a normalised
+``(1, 3, H, W)`` tensor in, the logits at that size out.
 :class:`OnnxSegmentor` does the rest of mmseg's test path around it, with
-the settings the exporter stores in the graph's metadata
-(:data:`METADATA_VERSION`):
+the settings stored in the graph's metadata (:data:`METADATA_VERSION`):
 
-1. the config's test-pipeline resize (mmcv's ``Resize`` and mmseg's
-   ``ResizeShortestEdge``: the same size arithmetic, then the same OpenCV
-   call);
-2. ``SegDataPreProcessor``: BGR->RGB, ``(x - mean) / std`` in float32, the
-   test-time padding of its ``test_cfg`` (``size`` / ``size_divisor``,
-   right and bottom, ``pad_val``), then ``ShortSideDataPreProcessor``'s
-   upsampling of images whose short side is below ``test_short_side``;
-3. the segmentor's ``test_cfg``: one run of the graph on the whole input,
-   or mmseg's ``slide_inference`` (its window grid, the windows' logits
-   summed and divided by the number of windows covering each pixel);
-4. ``postprocess_result``: the whole-mode logits resized to the padded (or
-   resized) image as the decode head does, the padding cut off, the
-   bilinear resize to the original image (PyTorch's source coordinates,
-   in float32) and the argmax (one output channel: ``sigmoid >
-   threshold``). The resize goes along the width first, for the whole
-   map: one ``(C, h, W)`` float map at the network input's height ``h``
-   and the image's width ``W``; then along the height and through the
-   argmax a band of output rows at a time (:func:`resize_argmax`), so
-   the memory grows with the image's width but no ``(C, H, W)`` map is
+1. the test pipeline's resize (mmcv's ``Resize``, mmseg's
+   ``ResizeShortestEdge``: same size arithmetic, same OpenCV call);
+2. ``SegDataPreProcessor``: BGR->RGB, ``(x - mean) / std``, the test-time
+   padding, ``ShortSideDataPreProcessor``'s upsampling of small images;
+3. the segmentor's ``test_cfg``: whole, or mmseg's ``slide_inference``;
+4. ``postprocess_result``: the padding cut off, the bilinear resize to the
+   image and the argmax (``sigmoid > threshold`` for one channel), a band
+   of rows at a time (:func:`resize_argmax`), so no ``(C, H, W)`` map is
    made unless the logits are asked for.
 
-Only the standard library, numpy, OpenCV and onnxruntime are imported, so
-the file also runs on its own on a machine without torch or mmseg (copy
-it and ``mmseg_whitebox/utils/windows.py``, the window grid it shares
-with the robustness evaluation, next to the application). The tests
-compare it with ``inference_model`` on whole and slide configs (argmax
-agreement >= 99.9%, logits within 1e-4 of their scale).
+Only the standard library, numpy, OpenCV and onnxruntime are imported:
+the file runs on a machine without torch or mmseg (copied beside
+``mmseg_whitebox/utils/windows.py``, whose window grid it shares).
 """
 from __future__ import annotations
 

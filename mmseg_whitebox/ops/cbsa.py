@@ -34,10 +34,11 @@ GridSize = Union[int, Tuple[int, int]]
 REP_POOLS = ('grid', 'leading')
 
 
-def _pair(value: GridSize) -> Tuple[int, int]:
-    if isinstance(value, int):
-        return value, value
-    h, w = value
+def _pair(value: GridSize, name: str) -> Tuple[int, int]:
+    """``value`` as a positive ``(h, w)`` grid size."""
+    h, w = (value, value) if isinstance(value, int) else value
+    if min(int(h), int(w)) < 1:
+        raise ValueError(f'{name} must be positive, got {value}')
     return int(h), int(w)
 
 
@@ -132,11 +133,9 @@ class CBSA(SubspaceAttention):
         if rep_pool not in REP_POOLS:
             raise ValueError(f'rep_pool must be one of {REP_POOLS}, got '
                              f'{rep_pool!r}')
-        self.rep_grid = _pair(rep_grid)
+        self.rep_grid = _pair(rep_grid, 'rep_grid')
         self.rep_stop_grad = rep_stop_grad
         self.rep_pool = rep_pool
-        if min(self.rep_grid) < 1:
-            raise ValueError(f'rep_grid must be positive, got {rep_grid}')
         self.eta = nn.Parameter(torch.empty(num_heads, 1, 1))
         self.kappa = nn.Parameter(torch.empty(num_heads, 1, 1))
         self.reset_parameters()

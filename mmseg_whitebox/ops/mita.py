@@ -74,9 +74,7 @@ class MiTA(QKVProjection):
         if router_pool not in ROUTER_POOLS:
             raise ValueError(f'router_pool must be one of {ROUTER_POOLS}, '
                              f'got {router_pool!r}')
-        self.pool_size = _pair(pool_size)
-        if min(self.pool_size) < 1:
-            raise ValueError(f'pool_size must be positive, got {pool_size}')
+        self.pool_size = _pair(pool_size, 'pool_size')
         self.kv_topk = kv_topk or self.pool_size[0] * self.pool_size[1]
         if self.kv_topk < 1:
             raise ValueError(f'kv_topk must be positive, got {kv_topk}')

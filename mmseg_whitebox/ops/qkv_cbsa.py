@@ -53,9 +53,7 @@ class QKVCBSA(QKVProjection):
                  rep_stop_grad: bool = True,
                  init_std: float = 0.02) -> None:
         super().__init__(dim, num_heads, head_dim, qkv_bias, init_std)
-        self.rep_grid = _pair(rep_grid)
-        if min(self.rep_grid) < 1:
-            raise ValueError(f'rep_grid must be positive, got {rep_grid}')
+        self.rep_grid = _pair(rep_grid, 'rep_grid')
         self.step_init = step_init
         self.rep_stop_grad = rep_stop_grad
         self.eta = nn.Parameter(torch.empty(num_heads, 1, 1))

@@ -1,20 +1,12 @@
 """An ``EncoderDecoder`` whose training loss never holds the logits of
-every class at the label size.
-
-mmseg's decode heads resize their logits to the crop before the
-cross-entropy (``BaseDecodeHead.loss_by_feat``): 150 classes at 1024x1024
-are 600 MB per image in float32, and their softmax and gradient as much
-again, for every model alike. :class:`BandedLossEncoderDecoder` computes
-the decode head's and the auxiliary heads' losses with
-:func:`~mmseg_whitebox.models.losses.banded_loss_by_feat` instead: the same
-losses, ``acc_seg`` and gradients up to float summation order, from bands
-of ``loss_band_rows`` label rows. Prediction, weights and checkpoints are
-``EncoderDecoder``'s.
-
-Switch a config to it with ``model=dict(type='BandedLossEncoderDecoder')``
-(or ``--cfg-options model.type=BandedLossEncoderDecoder``); any mmseg
-decode head whose loss is ``BaseDecodeHead``'s with ``CrossEntropyLoss``
-entries qualifies, and the others are refused when the model is built.
+every class at the label size (150 classes at 1024x1024: 600 MB per image,
+and as much for their softmax and gradient). The decode and auxiliary
+heads' losses come from
+:func:`~mmseg_whitebox.models.losses.banded_loss_by_feat`: the same losses,
+``acc_seg`` and gradients up to summation order. Prediction, weights and
+checkpoints are ``EncoderDecoder``'s. Any head whose loss is
+``BaseDecodeHead``'s with ``CrossEntropyLoss`` entries qualifies; others
+are refused when the model is built.
 """
 from typing import List, Optional
 
@@ -32,12 +24,10 @@ from ..losses import (DEFAULT_BAND_ROWS, banded_loss_by_feat,
 @MODELS.register_module()
 class BandedLossEncoderDecoder(EncoderDecoder):
     """``EncoderDecoder`` with the heads' training losses computed in bands
-    of label rows (see the module docstring).
+    of label rows.
 
     Args:
-        loss_band_rows: label rows per band; ``None`` computes mmseg's
-            full-resolution loss. The rest of the arguments are
-            ``EncoderDecoder``'s.
+        loss_band_rows: label rows per band; ``None``: mmseg's loss.
     """
     #: label rows per band; None: mmseg's loss
     loss_band_rows: Optional[int] = None
@@ -73,10 +63,9 @@ class BandedLossEncoderDecoder(EncoderDecoder):
 
     def _head_loss(self, head: nn.Module, inputs: List[Tensor],
                    data_samples: SampleList) -> dict:
-        """``head.loss``, with the banded loss when it is switched on."""
+        """``head.loss``, banded when switched on."""
         if self.loss_band_rows is None:
             return head.loss(inputs, data_samples, self.train_cfg)
-        # BaseDecodeHead.loss: forward, then loss_by_feat
         return banded_loss_by_feat(head, head.forward(inputs), data_samples,
                                    self.loss_band_rows)
 
@@ -88,14 +77,13 @@ class BandedLossEncoderDecoder(EncoderDecoder):
 
     def _auxiliary_head_forward_train(self, inputs: List[Tensor],
                                       data_samples: SampleList) -> dict:
-        losses = dict()
-        if isinstance(self.auxiliary_head, nn.ModuleList):
-            for idx, aux_head in enumerate(self.auxiliary_head):
-                losses.update(add_prefix(
-                    self._head_loss(aux_head, inputs, data_samples),
-                    f'aux_{idx}'))
-        else:
-            losses.update(add_prefix(
+        if not isinstance(self.auxiliary_head, nn.ModuleList):
+            return add_prefix(
                 self._head_loss(self.auxiliary_head, inputs, data_samples),
-                'aux'))
+                'aux')
+        losses = dict()
+        for idx, aux_head in enumerate(self.auxiliary_head):
+            losses.update(add_prefix(
+                self._head_loss(aux_head, inputs, data_samples),
+                f'aux_{idx}'))
         return losses

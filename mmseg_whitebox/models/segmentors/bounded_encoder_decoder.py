@@ -2,31 +2,16 @@
 original image size.
 
 mmseg's ``postprocess_result`` resizes the logits of every class to the
-original image size before the argmax: for one 4000x3000 image and 150
-classes that is a 7.2 GB float map (and copies of it), kept in the data
-sample as ``seg_logits``. The network itself only ever sees the image as the
-test pipeline resized it (e.g. 683x512), so the logits at that resolution
-are small. :class:`BoundedMemoryEncoderDecoder` makes the same prediction
-from them: it resizes and takes the argmax a band of rows at a time, with
-the source coordinates and weights of ``F.interpolate(mode='bilinear')``,
-and never holds a full-resolution float map.
-
-Differences from mmseg's ``EncoderDecoder`` (documented in docs/deployment.md):
-
-* ``pred_sem_seg`` is the same (full resolution, int64; up to rounding of
-  near-ties between two classes, below 1e-4 of the pixels);
-* ``seg_logits`` is kept at the network's input resolution (after padding
-  removal and flip, before the resize to ``ori_shape``) instead of the
-  original one; mmseg's ``IoUMetric``, ``SegVisualizationHook`` and
-  ``MMSegInferencer`` only read ``pred_sem_seg``;
-* test-time augmentation (``--tta``) averages full-resolution probabilities
-  of differently resized inputs, so it needs mmseg's ``EncoderDecoder``.
-
-Switch a config to it with
-``--cfg-options model.type=BoundedMemoryEncoderDecoder``; the weights and
-checkpoints are those of ``EncoderDecoder``. Its training loss is mmseg's
-unless ``loss_band_rows`` is set (then it is
-:class:`~.banded_loss_encoder_decoder.BandedLossEncoderDecoder`'s).
+original size before the argmax (one 4000x3000 image, 150 classes: a 7.2
+GB float map, kept as ``seg_logits``). :class:`BoundedMemoryEncoderDecoder`
+makes the same prediction from the logits at the network's resolution,
+resizing and taking the argmax a band of rows at a time. Differences
+(docs/deployment.md): ``pred_sem_seg`` is the same up to rounding of
+near-ties (below 1e-4 of the pixels); ``seg_logits`` stays at the network's
+input resolution (after padding removal and flip), which mmseg's metric,
+visualisation hook and inferencer do not read; ``--tta`` needs mmseg's
+``EncoderDecoder``. Its training loss is mmseg's unless ``loss_band_rows``
+is set.
 """
 from typing import List, Optional, Tuple
 
@@ -46,8 +31,7 @@ DEFAULT_TILE_BYTES = 64 * 1024 ** 2
 def _source_index(in_size: int, out_size: int, align_corners: bool,
                   start: int, stop: int) -> Tuple[Tensor, Tensor, Tensor]:
     """``(i0, i1, lambda1)`` of output indices ``start..stop-1`` along one
-    axis, computed as PyTorch's CPU ``upsample_bilinear2d`` does (float32
-    scale and source coordinate, clamped at 0, last index repeated)."""
+    axis, as PyTorch's CPU ``upsample_bilinear2d`` computes them."""
     dst = torch.arange(start, stop, dtype=torch.float32)
     if align_corners:
         scale = (torch.tensor(in_size - 1, dtype=torch.float32) /
@@ -67,15 +51,10 @@ def resize_argmax_tiled(logits: Tensor,
                         align_corners: bool = False,
                         threshold: Optional[float] = None,
                         tile_bytes: int = DEFAULT_TILE_BYTES) -> Tensor:
-    """The prediction of ``logits`` (C, h, w) bilinearly resized to ``size``
-    (H, W), computed a band of rows at a time.
-
-    Equals ``resize(logits[None], size, mode='bilinear',
-    align_corners=align_corners)[0].argmax(0, keepdim=True)`` (with C == 1:
-    ``sigmoid > threshold`` as float) up to float rounding, but needs only
-    ``tile_bytes`` of float buffers instead of C x H x W floats. Rows are
-    interpolated with PyTorch's source coordinates, then each band is
-    resized along the width by ``F.interpolate`` itself."""
+    """``resize(logits[None], size, mode='bilinear')[0].argmax(0,
+    keepdim=True)`` of ``(C, h, w)`` logits (C == 1: ``sigmoid >
+    threshold`` as float), up to rounding, in bands of rows that take
+    ``tile_bytes`` of float buffers."""
     if logits.dim() != 3:
         raise ValueError('logits must be (classes, height, width), got '
                          f'shape {tuple(logits.shape)}')
@@ -84,17 +63,13 @@ def resize_argmax_tiled(logits: Tensor,
     if channels == 1 and threshold is None:
         raise ValueError('one output channel needs the decode head\'s '
                          'threshold (sigmoid > threshold)')
-    if channels > 1:
-        pred = torch.empty((1, out_h, out_w), dtype=torch.long,
-                           device=logits.device)
-    else:
-        pred = torch.empty((1, out_h, out_w), dtype=logits.dtype,
-                           device=logits.device)
+    pred = torch.empty((1, out_h, out_w), device=logits.device,
+                       dtype=torch.long if channels > 1 else logits.dtype)
     row_bytes = max(1, channels * out_w * logits.element_size())
     rows = max(1, min(out_h, tile_bytes // row_bytes))
     for start in range(0, out_h, rows):
         stop = min(out_h, start + rows)
-        if out_h == in_h:  # no vertical resize: rows map to themselves
+        if out_h == in_h:
             band = logits[:, start:stop]
         else:
             i0, i1, lam = _source_index(in_h, out_h, align_corners, start,
@@ -104,8 +79,7 @@ def resize_argmax_tiled(logits: Tensor,
             band = (logits.index_select(1, i0) * (1 - lam) +
                     logits.index_select(1, i1) * lam)
         if out_w != in_w:
-            # (C, t, w) -> (1, C * t, w): a 1-d linear resize per row, with
-            # F.interpolate's own coordinates along the width
+            # a 1-d linear resize of every row
             band = F.interpolate(
                 band.reshape(1, -1, in_w), size=out_w, mode='linear',
                 align_corners=align_corners).reshape(channels, -1, out_w)
@@ -120,14 +94,12 @@ def resize_argmax_tiled(logits: Tensor,
 @MODELS.register_module()
 class BoundedMemoryEncoderDecoder(BandedLossEncoderDecoder):
     """``EncoderDecoder`` that predicts large images without
-    full-resolution float logits (see the module docstring).
+    full-resolution float logits.
 
     Args:
-        tile_bytes: size of the float buffers of one band of output rows
-            in the final resize.
-        loss_band_rows: label rows per band of the training loss
-            (``BandedLossEncoderDecoder``); ``None`` (the default): mmseg's
-            loss. The rest of the arguments are ``EncoderDecoder``'s.
+        tile_bytes: float buffers of one band of output rows.
+        loss_band_rows: as ``BandedLossEncoderDecoder`` (default ``None``:
+            mmseg's loss).
     """
 
     def __init__(self, *args, tile_bytes: int = DEFAULT_TILE_BYTES,

@@ -1,6 +1,6 @@
-"""Which images a tool reads and where their pictures go: an image file or
-a folder's images, one output path per image, and the lock of that output
-(shared by the image demo and the ONNX inference tool)."""
+"""Which images a tool reads and where their pictures go (the image demo
+and the ONNX inference tool): an image file or a folder's images, one
+output path per image, and the lock of that output."""
 from __future__ import annotations
 
 import os
@@ -20,9 +20,8 @@ IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff',
 
 
 def list_images(path: str) -> List[str]:
-    """``[path]`` for an image file; a folder's images (sorted, not
-    recursive). A missing path or an image-less folder is a
-    :class:`ToolError`."""
+    """``[path]`` for an image file, else a folder's images (sorted, not
+    recursive); :class:`ToolError` if none."""
     if osp.isfile(path):
         return [path]
     if not osp.isdir(path):
@@ -78,9 +77,8 @@ def check_opacity(opacity: float) -> float:
 
 def lock_outputs(out_file: Optional[str] = None,
                  out_dir: Optional[str] = None) -> RunLock:
-    """The lock of where :func:`output_paths` puts the pictures: the
-    folder ``out_dir``, else the file ``out_file`` (``<file>.lock``), so
-    that two runs never paint into the same output."""
+    """The lock of ``out_dir``, else of ``out_file``: two runs never paint
+    into the same output."""
     if out_dir:
         return lock_folder(out_dir, '--out')
     return lock_output_file(out_file, '--out-file')

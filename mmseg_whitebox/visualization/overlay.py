@@ -1,13 +1,8 @@
-"""Overlay figures that read on their own: the prediction (and, when
-given, the ground truth) painted on the image by mmseg's
-``SegLocalVisualizer``, under a title naming the model (its config) and
-the noise it carries (sigma; 0 for the clean weights), beside a legend of
-the classes present in the painted label maps, in the dataset's palette
-colours.
-
-A label map alone says nothing about which colour is which class or which
-model drew it; these figures are what ``make demo`` writes as
-``overlay_<model>.png``.
+"""Overlay figures that read on their own: the prediction (and the ground
+truth, when given) painted on the image by mmseg's ``SegLocalVisualizer``,
+under a title naming the model and the noise it carries, beside a legend of
+the classes present in the dataset's palette (``make demo``'s
+``overlay_<model>.png``).
 """
 from __future__ import annotations
 
@@ -33,8 +28,8 @@ _visualizer_ids = itertools.count()
 
 def new_visualizer(classes: Sequence[str], palette: Sequence[Sequence[int]],
                    opacity: float):
-    """A ``SegLocalVisualizer`` of its own (the global instance may be a
-    runner's, with other backends) painting ``classes`` in ``palette``."""
+    """A ``SegLocalVisualizer`` of its own (the global one may be a
+    runner's) painting ``classes`` in ``palette``."""
     from mmseg.visualization import SegLocalVisualizer
     visualizer = SegLocalVisualizer(
         name=f'mmseg_whitebox_overlay_{next(_visualizer_ids)}',
@@ -45,10 +40,9 @@ def new_visualizer(classes: Sequence[str], palette: Sequence[Sequence[int]],
 
 
 def dataset_meta(model) -> Tuple[list, list]:
-    """Class names and palette to paint with: the checkpoint's, else
-    those of an mmseg dataset with the model's number of classes (as
-    mmseg's ``init_model``), else numbered classes in fixed random colours,
-    so that every predicted label has a colour."""
+    """Class names and palette: the checkpoint's, else an mmseg dataset's
+    with the model's number of classes (as ``init_model``), else numbered
+    classes in fixed random colours."""
     from mmseg.utils import dataset_aliases, get_classes, get_palette
 
     meta = getattr(model, 'dataset_meta', None) or {}
@@ -68,9 +62,8 @@ def dataset_meta(model) -> Tuple[list, list]:
 
 def paint_labels(visualizer, image: np.ndarray,
                  labels: np.ndarray) -> np.ndarray:
-    """``image`` (RGB, HxWx3) with the HxW ``labels`` blended in by
-    ``visualizer``; labels outside its classes get no colour (mmseg blends
-    them with black: darkened)."""
+    """``image`` (RGB, HxWx3) with the HxW ``labels`` blended in; labels
+    outside the classes are darkened."""
     import torch
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
@@ -83,8 +76,8 @@ def paint_labels(visualizer, image: np.ndarray,
 
 def classes_present(label_maps: Sequence[np.ndarray],
                     num_classes: int) -> List[int]:
-    """Sorted class indices found in any of ``label_maps`` (ignore index
-    and other labels out of range left out)."""
+    """Sorted class indices in ``[0, num_classes)`` found in any of
+    ``label_maps``."""
     found = set()
     for labels in label_maps:
         found.update(int(v) for v in np.unique(labels))
@@ -92,8 +85,8 @@ def classes_present(label_maps: Sequence[np.ndarray],
 
 
 def config_name(model) -> str:
-    """The model's config file name without ``.py`` (how configs and
-    results are named); its class name when it was built from no file."""
+    """The model's config file name without ``.py``, else its class
+    name."""
     filename = getattr(getattr(model, 'cfg', None), 'filename', None)
     if filename:
         return osp.splitext(osp.basename(filename))[0]
